@@ -1,0 +1,1 @@
+"""The node-agent role: hardware discovery, NodeHardware publication, cap and governor control."""

@@ -1,0 +1,79 @@
+"""Environment variables of the node-agent role."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from joulie.api.enums import TelemetryBackend
+from joulie.api.keys import MANAGED_LABEL
+from joulie.settings import Accepts, Duration, EnvSettings, LabelSelectorText, Problem
+
+
+class AgentMode(StrEnum):
+    DAEMONSET = "daemonset"
+    POOL = "pool"
+
+
+_ENDPOINT = Accepts("an http(s) URL containing {node}")
+
+
+class AgentSettings(EnvSettings):
+    role = "agent"
+
+    agent_mode: AgentMode = AgentMode.DAEMONSET
+    """daemonset: one agent per node controlling its own hardware; pool: one agent process
+    serving many (KWOK) nodes through the HTTP backends."""
+    node_name: str = ""
+    """daemonset mode: the node this agent runs on (from the downward API, spec.nodeName)."""
+    pool_node_selector: LabelSelectorText = f"{MANAGED_LABEL}=true"
+    """pool mode: label selector of the nodes the pool serves."""
+    pool_shards: Annotated[int, Field(ge=1)] = 1
+    """pool mode: number of agent replicas the nodes are spread over."""
+    pod_name: str = ""
+    """pool mode: this replica's pod name; its ordinal suffix is the shard number."""
+    governor_writes: bool = False
+    """Apply the governor presets of NodeTwin.spec (off by default, like GOVERNOR_CONTROL)."""
+
+    telemetry_cpu_source: TelemetryBackend = TelemetryBackend.HOST
+    """CPU power telemetry backend: host (RAPL via sysfs) or http (simulator)."""
+    telemetry_cpu_control: TelemetryBackend = TelemetryBackend.HOST
+    """CPU control backend: host (powercap and cpufreq via sysfs) or http (simulator)."""
+    telemetry_gpu_source: TelemetryBackend = TelemetryBackend.HOST
+    """GPU telemetry backend: host (NVML or the vendor's interface) or http (simulator)."""
+    telemetry_gpu_control: TelemetryBackend = TelemetryBackend.HOST
+    """GPU control backend: host (NVML or the vendor's interface) or http (simulator)."""
+    telemetry_cpu_http_endpoint: Annotated[str, _ENDPOINT] = ""
+    """URL read for CPU telemetry when TELEMETRY_CPU_SOURCE=http; {node} is the node name."""
+    telemetry_cpu_control_http_endpoint: Annotated[str, _ENDPOINT] = ""
+    """URL posted to for CPU control when TELEMETRY_CPU_CONTROL=http."""
+    telemetry_gpu_http_endpoint: Annotated[str, _ENDPOINT] = ""
+    """URL read for GPU telemetry when TELEMETRY_GPU_SOURCE=http."""
+    telemetry_gpu_control_http_endpoint: Annotated[str, _ENDPOINT] = ""
+    """URL posted to for GPU control when TELEMETRY_GPU_CONTROL=http."""
+    telemetry_http_timeout: Annotated[Duration, Field(le=60)] = 2.0
+    """Timeout of every HTTP telemetry or control request."""
+
+    def check(self) -> list[Problem]:
+        problems: list[Problem] = []
+        if self.agent_mode is AgentMode.DAEMONSET and not self.node_name:
+            problems.append(
+                self.problem(
+                    "node_name",
+                    "is required with AGENT_MODE=daemonset",
+                    "the node's name, e.g. from fieldRef spec.nodeName",
+                )
+            )
+        for backend, endpoint in (
+            ("telemetry_cpu_source", "telemetry_cpu_http_endpoint"),
+            ("telemetry_cpu_control", "telemetry_cpu_control_http_endpoint"),
+            ("telemetry_gpu_source", "telemetry_gpu_http_endpoint"),
+            ("telemetry_gpu_control", "telemetry_gpu_control_http_endpoint"),
+        ):
+            if getattr(self, backend) is not TelemetryBackend.HTTP:
+                continue
+            required_by = f"{self.env_name(backend)}=http"
+            problems.extend(self.url_problems(endpoint, required_by, template=True))
+        return problems

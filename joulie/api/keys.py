@@ -1,0 +1,54 @@
+"""Names Joulie shares with the cluster: API group, object kinds, label and annotation keys.
+
+Every component reads these from here so that a key is spelled in exactly one place.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "joulie.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+NODE_TWIN_KIND: Final = "NodeTwin"
+NODE_TWIN_PLURAL: Final = "nodetwins"
+NODE_HARDWARE_KIND: Final = "NodeHardware"
+NODE_HARDWARE_PLURAL: Final = "nodehardwares"
+
+# Pod annotation carrying the user's placement intent (performance | standard).
+WORKLOAD_CLASS_ANNOTATION: Final = "joulie.io/workload-class"
+
+# Node label written by the controller manager: the supply side of the contract.
+POWER_PROFILE_LABEL: Final = "joulie.io/power-profile"
+# Node label an operator sets to "true" to keep a node out of Joulie's plan.
+RESERVED_LABEL: Final = "joulie.io/reserved"
+# Node label that opts a node into Joulie (the default NODE_SELECTOR).
+MANAGED_LABEL: Final = "joulie.io/managed"
+# Facility topology labels.
+RACK_LABEL: Final = "joulie.io/rack"
+COOLING_ZONE_LABEL: Final = "joulie.io/cooling-zone"
+
+# Hardware labels used when no NodeHardware has been published yet (simulator/KWOK nodes).
+HW_CPU_MODEL_LABEL: Final = "joulie.io/hw.cpu-model"
+HW_CPU_SOCKETS_LABEL: Final = "joulie.io/hw.cpu-sockets"
+HW_CPU_CORES_LABEL: Final = "joulie.io/hw.cpu-cores"
+HW_GPU_MODEL_LABEL: Final = "joulie.io/hw.gpu-model"
+HW_GPU_COUNT_LABEL: Final = "joulie.io/hw.gpu-count"
+GPU_PRODUCT_LABEL: Final = "joulie.io/gpu.product"
+
+# Node Feature Discovery labels Joulie understands as hardware hints.
+NFD_CPU_MODEL_LABEL: Final = "feature.node.kubernetes.io/cpu-model.name"
+NFD_CPU_VENDOR_LABEL: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
+NFD_CPU_SOCKETS_LABEL: Final = "feature.node.kubernetes.io/cpu-sockets"
+
+# Default search order for a node's GPU product label (GPU_PRODUCT_LABEL_KEYS).
+DEFAULT_GPU_PRODUCT_LABEL_KEYS: Final = (
+    GPU_PRODUCT_LABEL,
+    "nvidia.com/gpu.product",
+    "amd.com/gpu.product",
+    "amd.com/gpu.family",
+)
+
+# NodeTwin condition written by the controller manager.
+AGENT_REPORTING_CONDITION: Final = "AgentReporting"

@@ -1,0 +1,1 @@
+"""The scheduler-extender role: filter, prioritize and preempt for kube-scheduler."""

@@ -1,0 +1,1 @@
+"""The controller-manager role: policy, performance split, guard, caps, governors, twin."""

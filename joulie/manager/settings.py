@@ -1,0 +1,282 @@
+"""Environment variables of the controller-manager role."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from joulie.api.base import Percent
+from joulie.api.enums import (
+    RESERVED_POWER_SOURCES,
+    CpuGovernorPreset,
+    GovernorControl,
+    GpuGovernorPreset,
+    NodePowerSource,
+    PolicyType,
+)
+from joulie.api.keys import DEFAULT_GPU_PRODUCT_LABEL_KEYS, MANAGED_LABEL, RESERVED_LABEL
+from joulie.settings import (
+    EMPTY_IS_VALUE,
+    JSON,
+    WARN_ON_INVALID,
+    Accepts,
+    CommaList,
+    Duration,
+    EnvSettings,
+    LabelSelectorText,
+    Problem,
+    Url,
+    one_of,
+)
+
+Fraction01 = Annotated[float, Field(ge=0, le=1)]
+
+
+class GpuModelCaps(BaseModel):
+    """Power-limit range of one GPU model, used when neither NodeHardware nor the catalog has it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    min_cap_watts: Annotated[float, Field(ge=1, alias="minCapWatts")] = 1.0
+    max_cap_watts: Annotated[float, Field(ge=1, alias="maxCapWatts")]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuModelCaps:
+        if self.min_cap_watts > self.max_cap_watts:
+            raise ValueError("minCapWatts is above maxCapWatts")
+        return self
+
+
+def _not_sustained(value: str) -> str:
+    if value == GpuGovernorPreset.SUSTAINED:
+        raise ValueError(
+            "sustained is selected per GPU model only, through GPU_GOVERNOR_MODEL_PRESETS_JSON"
+        )
+    return value
+
+
+_GPU_PRESETS = tuple(p.value for p in GpuGovernorPreset)
+_CPU_PRESETS = tuple(p.value for p in CpuGovernorPreset)
+
+GpuPresetOrNone = Annotated[str, one_of((*_GPU_PRESETS, ""), "GPU governor preset")]
+"""A GPU preset name, or "" for none."""
+CpuPresetOrNone = Annotated[str, one_of((*_CPU_PRESETS, ""), "CPU governor preset")]
+"""A CPU preset name, or "" for none."""
+
+
+class GpuGovernorModelPreset(BaseModel):
+    """GPU governor presets for one GPU model (an entry of GPU_GOVERNOR_MODEL_PRESETS_JSON)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    performance: GpuPresetOrNone | None = None
+    """Preset while the node runs (or drains) at performance; "" writes none."""
+    eco: GpuPresetOrNone | None = None
+    """Preset while the node runs at eco; "" writes none."""
+    compute_clock_ceiling_pct_of_max: Percent | None = Field(
+        default=None, alias="computeClockCeilingPctOfMax"
+    )
+    """Clock ceiling for the efficient preset, in percent of the maximum clock."""
+
+
+class ManagerSettings(EnvSettings):
+    role = "manager"
+
+    # -- which nodes --------------------------------------------------------------------------
+    node_selector: LabelSelectorText = f"{MANAGED_LABEL}=true"
+    """Label selector of the nodes Joulie manages."""
+    reserved_label_key: str = RESERVED_LABEL
+    """Nodes carrying this label with value "true" are left out of the plan."""
+
+    # -- policy -------------------------------------------------------------------------------
+    reconcile_interval: Duration = 60.0
+    """Time between full reconciles (events trigger extra ones); also the rule_swap_v1 phase."""
+    policy_type: PolicyType = PolicyType.STATIC_PARTITION
+    """How many nodes stay in performance: static_partition, queue_aware_v1 or rule_swap_v1
+    (debugging only)."""
+    static_hp_frac: Fraction01 = 0.5
+    """static_partition: fraction of eligible nodes kept in performance."""
+    queue_hp_base_frac: Fraction01 = 0.6
+    """queue_aware_v1: fraction of eligible nodes kept in performance without demand."""
+    queue_hp_min: Annotated[int, Field(ge=0)] = 1
+    """queue_aware_v1: lower bound of the performance node count."""
+    queue_hp_max: Annotated[int, Field(ge=0)] = 1_000_000
+    """queue_aware_v1: upper bound of the performance node count."""
+    queue_perf_per_hp_node: Annotated[int, Field(ge=1)] = 10
+    """queue_aware_v1: running or pending performance pods one performance node serves."""
+
+    # -- caps ---------------------------------------------------------------------------------
+    performance_cap_watts: Annotated[float, Field(ge=1)] = 5000.0
+    """Absolute CPU package cap written for the CPU of every GPU node (effectively uncapped)."""
+    cpu_performance_cap_pct_of_max: Percent = 100.0
+    """CPU cap of CPU-only nodes in performance, in percent of maximum package power."""
+    cpu_eco_cap_pct_of_max: Percent = 60.0
+    """CPU cap of CPU-only nodes in eco, in percent of maximum package power."""
+    gpu_performance_cap_pct_of_max: Percent = 100.0
+    """Per-GPU cap in performance, in percent of the device's maximum power limit."""
+    gpu_eco_cap_pct_of_max: Percent = 60.0
+    """Per-GPU cap in eco, in percent of the device's maximum power limit."""
+    cpu_eco_cap_on_uncappable_gpu_nodes: bool = False
+    """Give the CPU of a GPU node whose GPUs have no power control the CPU caps of its profile."""
+    gpu_model_caps_json: Annotated[
+        dict[str, GpuModelCaps],
+        JSON,
+        Accepts('a JSON object {"<product>": {"minCapWatts": 200, "maxCapWatts": 400}}'),
+    ] = Field(default_factory=dict)
+    """Per-GPU power-limit ranges by GPU product label, the last fallback for absolute caps."""
+    gpu_product_label_keys: CommaList = Field(
+        default_factory=lambda: list(DEFAULT_GPU_PRODUCT_LABEL_KEYS)
+    )
+    """Node labels searched, in order, for a node's GPU product."""
+
+    # -- governors ----------------------------------------------------------------------------
+    governor_control: Annotated[GovernorControl, WARN_ON_INVALID] = GovernorControl.OFF
+    """Which governor presets are written: off, cpu, gpu or all. Anything else warns and means
+    off."""
+    cpu_performance_governor_preset: Annotated[
+        CpuPresetOrNone,
+        WARN_ON_INVALID,
+        EMPTY_IS_VALUE,
+        Accepts("performance, balanced, efficiency, or empty for none"),
+    ] = CpuGovernorPreset.PERFORMANCE.value
+    """CPU preset of performance and draining nodes."""
+    cpu_eco_governor_preset: Annotated[
+        CpuPresetOrNone,
+        WARN_ON_INVALID,
+        EMPTY_IS_VALUE,
+        Accepts("performance, balanced, efficiency, or empty for none"),
+    ] = CpuGovernorPreset.EFFICIENCY.value
+    """CPU preset of eco nodes (provisional default)."""
+    gpu_performance_governor_preset: Annotated[
+        GpuPresetOrNone,
+        AfterValidator(_not_sustained),
+        WARN_ON_INVALID,
+        EMPTY_IS_VALUE,
+        Accepts("auto, efficient, low, peak, or empty for none"),
+    ] = GpuGovernorPreset.AUTO.value
+    """GPU preset of performance and draining nodes."""
+    gpu_eco_governor_preset: Annotated[
+        GpuPresetOrNone,
+        AfterValidator(_not_sustained),
+        WARN_ON_INVALID,
+        EMPTY_IS_VALUE,
+        Accepts("auto, efficient, low, peak, or empty for none"),
+    ] = GpuGovernorPreset.EFFICIENT.value
+    """GPU preset of eco nodes (provisional default)."""
+    gpu_eco_clock_ceiling_pct_of_max: Annotated[Percent, WARN_ON_INVALID] = 80.0
+    """Graphics clock ceiling of the efficient preset, in percent of the maximum clock
+    (provisional default)."""
+    gpu_governor_model_presets_json: Annotated[
+        dict[str, Any],
+        JSON,
+        WARN_ON_INVALID,
+        Accepts(
+            'a JSON object {"<model>": {"performance": "<preset>", "eco": "<preset>", '
+            '"computeClockCeilingPctOfMax": 80}}'
+        ),
+    ] = Field(default_factory=dict)
+    """GPU presets and clock ceiling per GPU model, matched against the product label and the
+    model the agent reports; the only way to select sustained. An unusable entry warns and is
+    ignored."""
+    gpu_governor_sustained_only_multi_gpu: bool = False
+    """Write the sustained preset only while a running pod on the node uses 2 or more GPUs."""
+
+    # -- power sources ------------------------------------------------------------------------
+    node_power_source: NodePowerSource = NodePowerSource.STATIC
+    """Where measured node power comes from: static (0 W everywhere), http or prometheus.
+    kepler and utilization are reserved."""
+    node_power_http_endpoint: Annotated[str, Accepts("an http(s) URL containing {node}")] = ""
+    """NODE_POWER_SOURCE=http: telemetry URL, {node} replaced by the node name."""
+    node_power_prometheus_address: Annotated[str, Accepts("an http(s) URL")] = ""
+    """NODE_POWER_SOURCE=prometheus: base URL of the Prometheus server."""
+    node_power_prometheus_query: str = ""
+    """NODE_POWER_SOURCE=prometheus: one PromQL query returning watts, one series per node."""
+    node_power_prometheus_node_label: str = "node"
+    """NODE_POWER_SOURCE=prometheus: the series label that holds the node name."""
+
+    # -- facility -----------------------------------------------------------------------------
+    enable_facility_metrics: bool = False
+    """Poll facility metrics (ambient temperature, IT power) from Prometheus for the twin."""
+    facility_prometheus_address: Url = "http://prometheus-operated.monitoring:9090"
+    """Prometheus base URL for facility metrics."""
+    facility_poll_interval: Duration = 30.0
+    """Time between facility metric polls."""
+    facility_ambient_temp_metric: str = "datacenter_ambient_temperature_celsius"
+    """PromQL for the ambient temperature in degrees Celsius."""
+    facility_it_power_metric: str = "datacenter_total_it_power_watts"
+    """PromQL for the total IT power in watts."""
+
+    def check(self) -> list[Problem]:
+        problems = []
+        if self.queue_hp_max < self.queue_hp_min:
+            problems.append(
+                self.problem(
+                    "queue_hp_max",
+                    f"is below QUEUE_HP_MIN={self.queue_hp_min}",
+                    f"an integer >= QUEUE_HP_MIN ({self.queue_hp_min})",
+                )
+            )
+        if self.node_power_source in RESERVED_POWER_SOURCES:
+            problems.append(
+                self.problem(
+                    "node_power_source",
+                    "is a reserved source that nothing produces yet",
+                    "static, http or prometheus",
+                )
+            )
+        if self.node_power_source is NodePowerSource.HTTP:
+            problems.extend(
+                self.url_problems(
+                    "node_power_http_endpoint", "NODE_POWER_SOURCE=http", template=True
+                )
+            )
+        if self.node_power_source is NodePowerSource.PROMETHEUS:
+            problems.extend(
+                self.url_problems(
+                    "node_power_prometheus_address", "NODE_POWER_SOURCE=prometheus", template=False
+                )
+            )
+            if not self.node_power_prometheus_query:
+                problems.append(
+                    self.problem(
+                        "node_power_prometheus_query",
+                        "is required with NODE_POWER_SOURCE=prometheus",
+                        "a PromQL query returning one series per node",
+                    )
+                )
+        if not self.gpu_product_label_keys:
+            problems.append(
+                self.problem(
+                    "gpu_product_label_keys",
+                    "names no label key",
+                    "a comma-separated list of label keys",
+                )
+            )
+        return problems
+
+    def advise(self) -> list[str]:
+        return [warning for _, warning in self._model_presets()[1]]
+
+    def _model_presets(
+        self,
+    ) -> tuple[dict[str, GpuGovernorModelPreset], list[tuple[str, str]]]:
+        valid: dict[str, GpuGovernorModelPreset] = {}
+        warnings: list[tuple[str, str]] = []
+        for model, entry in self.gpu_governor_model_presets_json.items():
+            try:
+                valid[model] = GpuGovernorModelPreset.model_validate(entry)
+            except ValidationError as exc:
+                reasons = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'entry'}: "
+                    + e["msg"].removeprefix("Value error, ")
+                    for e in exc.errors()
+                )
+                warnings.append(
+                    (model, f"GPU_GOVERNOR_MODEL_PRESETS_JSON entry {model!r} ignored: {reasons}")
+                )
+        return valid, warnings
+
+    def gpu_governor_model_presets(self) -> dict[str, GpuGovernorModelPreset]:
+        """The usable entries of GPU_GOVERNOR_MODEL_PRESETS_JSON (unusable ones were warned of)."""
+        return self._model_presets()[0]

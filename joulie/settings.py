@@ -1,0 +1,397 @@
+"""Typed settings read from environment variables, one class per role.
+
+Each field of a ``EnvSettings`` subclass is one variable, named as the field in upper case, with its
+documentation in the attribute docstring. Loading never raises: it returns the settings together
+with every problem found, so the CLI can print all of them at once and exit with status 2. Fields
+marked ``WARN_ON_INVALID`` follow the spec's rule for governor settings instead: a value that cannot
+be used logs a warning and the default stays.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit
+
+import annotated_types as at
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
+
+from joulie.api.selector import SelectorError, parse_selector
+
+# --- field markers -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """What a variable accepts, in words, for error messages and the README table."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class _Marker:
+    name: str
+
+
+WARN_ON_INVALID = _Marker("warn-on-invalid")
+"""An unusable value logs a warning and the default is used (instead of refusing to start)."""
+
+EMPTY_IS_VALUE = _Marker("empty-is-value")
+"""An empty string is a meaningful value (otherwise an empty variable counts as unset)."""
+
+# --- value types -------------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: object) -> object:
+    """Go-style durations (``1m30s``, ``500ms``, ``2h``) or plain seconds, to float seconds."""
+    if not isinstance(text, str):
+        return text
+    s = text.strip()
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m[1]) * _UNIT_SECONDS[m[2]]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"not a duration: {text!r}")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1 and seconds != int(seconds):
+        return f"{round(seconds * 1000)}ms"
+    out, rest = "", seconds
+    for unit, size in (("h", 3600), ("m", 60)):
+        if rest >= size:
+            out += f"{int(rest // size)}{unit}"
+            rest -= (rest // size) * size
+    if rest or not out:
+        out += f"{rest:g}s"
+    return out
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+def parse_json(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos})") from exc
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), at.Gt(0)]
+"""A positive time span, stored in seconds."""
+
+CommaList = Annotated[list[str], BeforeValidator(_split_list)]
+"""A comma-separated list of strings."""
+
+JSON = BeforeValidator(parse_json)
+"""Marker for a variable holding JSON: parsed first, then validated as the annotation."""
+
+
+def _check_address(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected host:port or :port with a port from 1 to 65535")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError("an IPv6 host must be written in brackets, e.g. [::1]:8080")
+    return value
+
+
+def check_url(value: str) -> str:
+    """Accept an http(s) URL (a ``{node}`` placeholder counts as a host name part)."""
+    parsed = urlsplit(value.replace("{node}", "node"))
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("expected an http:// or https:// URL")
+    return value
+
+
+ListenAddress = Annotated[
+    str, AfterValidator(_check_address), Accepts("host:port or :port (port 1-65535)")
+]
+"""Where a server listens; ``:8080`` means every interface."""
+
+Url = Annotated[str, AfterValidator(check_url), Accepts("an http:// or https:// URL")]
+"""An HTTP(S) URL; may contain a ``{node}`` placeholder where the role documents one."""
+
+
+def _check_selector(value: str) -> str:
+    try:
+        parse_selector(value)
+    except SelectorError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+LabelSelectorText = Annotated[
+    str,
+    AfterValidator(_check_selector),
+    Accepts("a Kubernetes label selector such as joulie.io/managed=true or 'a in (x,y),!b'"),
+]
+"""A label selector in its string form, checked at start-up."""
+
+
+def one_of(values: tuple[str, ...], what: str) -> AfterValidator:
+    """A text value limited to ``values``; the error names them all."""
+
+    def check(value: str) -> str:
+        if value not in values:
+            shown = ", ".join(v or '""' for v in values)
+            raise ValueError(f"{value!r} is not a {what}; expected one of {shown}")
+        return value
+
+    return AfterValidator(check)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` to (host, port); an empty host means every interface."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    variable: str
+    value: str
+    detail: str
+    accepted: str
+
+    def __str__(self) -> str:
+        return f"{self.variable}={self.value!r}: {self.detail} (accepted: {self.accepted})"
+
+
+class Source:
+    ENVIRONMENT = "environment"
+    DEFAULT = "default"
+    DEFAULT_INVALID = "default (invalid value ignored)"
+
+
+S = TypeVar("S", bound="EnvSettings")
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[S]):
+    settings: S
+    sources: dict[str, str]
+    raw: dict[str, str]
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class EnvSettings(BaseModel):
+    """Base of every role's settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    role: ClassVar[str] = ""
+
+    @classmethod
+    def env_name(cls, field_name: str) -> str:
+        return field_name.upper()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Loaded[Self]:
+        raw: dict[str, str] = {}
+        for name, info in cls.model_fields.items():
+            value = environ.get(cls.env_name(name))
+            if value is None:
+                continue
+            value = value.strip()
+            if value == "" and not _has_marker(info, EMPTY_IS_VALUE):
+                continue
+            raw[name] = value
+
+        problems: list[Problem] = []
+        warnings: list[str] = []
+        invalid: set[str] = set()
+        candidate = dict(raw)
+        try:
+            settings = cls.model_validate(candidate)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                name = str(err["loc"][0]) if err["loc"] else ""
+                if name not in raw or name in invalid:
+                    continue
+                invalid.add(name)
+                info = cls.model_fields[name]
+                detail = _error_detail(err, info)
+                if _has_marker(info, WARN_ON_INVALID):
+                    warnings.append(
+                        f"{cls.env_name(name)}={raw[name]!r} cannot be used: {detail}; "
+                        f"using {describe_value(info.default)} (accepted: {accepts(info)})"
+                    )
+                else:
+                    problems.append(Problem(cls.env_name(name), raw[name], detail, accepts(info)))
+                candidate.pop(name, None)
+            # Every default is valid, so with the bad values removed this cannot fail.
+            settings = cls.model_validate(candidate)
+
+        problems.extend(settings.check())
+        warnings.extend(settings.advise())
+        sources = {
+            cls.env_name(name): (
+                Source.DEFAULT_INVALID
+                if name in invalid
+                else Source.ENVIRONMENT
+                if name in raw
+                else Source.DEFAULT
+            )
+            for name in cls.model_fields
+        }
+        env_raw = {cls.env_name(k): v for k, v in raw.items()}
+        return Loaded(settings, sources, env_raw, problems, warnings)
+
+    def check(self) -> list[Problem]:
+        """Cross-variable rules; subclasses add theirs."""
+        return []
+
+    def advise(self) -> list[str]:
+        """Warnings about valid but questionable combinations; subclasses add theirs."""
+        return []
+
+    def problem(self, field_name: str, detail: str, accepted: str | None = None) -> Problem:
+        info = type(self).model_fields[field_name]
+        return Problem(
+            self.env_name(field_name),
+            describe_value(getattr(self, field_name)),
+            detail,
+            accepted or accepts(info),
+        )
+
+    def url_problems(self, field_name: str, required_by: str, *, template: bool) -> list[Problem]:
+        """Problems with a URL variable that ``required_by`` (e.g. ``X=http``) makes mandatory."""
+        value: str = getattr(self, field_name)
+        what = "an http(s) URL containing {node}" if template else "an http(s) URL"
+        if not value:
+            return [self.problem(field_name, f"is required with {required_by}", what)]
+        try:
+            check_url(value)
+        except ValueError as exc:
+            return [self.problem(field_name, str(exc), what)]
+        if template and "{node}" not in value:
+            return [self.problem(field_name, "has no {node} placeholder", what)]
+        return []
+
+    def display(self, field_name: str) -> str:
+        return describe_value(getattr(self, field_name), type(self).model_fields[field_name])
+
+
+# --- descriptions ------------------------------------------------------------------------------
+
+
+_LIMIT_WORDS = {
+    "greater_than": ("gt", "more than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def _error_detail(err: Any, info: FieldInfo) -> str:
+    """pydantic's message, in the units the user wrote (durations are checked in seconds)."""
+    kind = err.get("type", "")
+    if kind in _LIMIT_WORDS and _is_duration(info):
+        key, words = _LIMIT_WORDS[kind]
+        return f"must be {words} {format_duration(float(err['ctx'][key]))}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def _has_marker(info: FieldInfo, marker: _Marker) -> bool:
+    return any(m is marker for m in info.metadata)
+
+
+def _is_duration(info: FieldInfo | None) -> bool:
+    return info is not None and any(
+        isinstance(m, BeforeValidator) and m.func is parse_duration for m in info.metadata
+    )
+
+
+def describe_value(value: Any, info: FieldInfo | None = None) -> str:
+    """A value as a user would write it in the environment."""
+    if _is_duration(info) and isinstance(value, float):
+        return format_duration(value)
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list | tuple):
+        return ",".join(describe_value(v) for v in value)
+    if isinstance(value, BaseModel):
+        return json.dumps(value.model_dump(mode="json", by_alias=True, exclude_none=True))
+    if isinstance(value, dict):
+        return json.dumps(
+            {
+                k: v.model_dump(mode="json", by_alias=True, exclude_none=True)
+                if isinstance(v, BaseModel)
+                else v
+                for k, v in value.items()
+            },
+            separators=(",", ":"),
+        )
+    return str(value)
+
+
+def _bounds(info: FieldInfo) -> str:
+    def show(value: Any) -> str:
+        return format_duration(float(value)) if _is_duration(info) else describe_value(value)
+
+    parts = []
+    for m in info.metadata:
+        if isinstance(m, at.Ge):
+            parts.append(f">= {show(m.ge)}")
+        elif isinstance(m, at.Gt):
+            parts.append(f"> {show(m.gt)}")
+        elif isinstance(m, at.Le):
+            parts.append(f"<= {show(m.le)}")
+        elif isinstance(m, at.Lt):
+            parts.append(f"< {show(m.lt)}")
+    return " and ".join(parts)
+
+
+def accepts(info: FieldInfo) -> str:
+    """What a variable accepts, in words."""
+    for m in info.metadata:
+        if isinstance(m, Accepts):
+            return m.text
+    annotation = info.annotation
+    if get_origin(annotation) is Annotated:  # pragma: no cover - pydantic unwraps these
+        annotation = get_args(annotation)[0]
+    bounds = _bounds(info)
+    suffix = f" {bounds}" if bounds else ""
+    if _is_duration(info):
+        return f"a duration such as 500ms, 30s, 1m or 1h30m,{suffix}"
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return f"an integer{suffix}"
+    if annotation is float:
+        return f"a number{suffix}"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "one of " + ", ".join(str(e.value) for e in annotation)
+    if get_origin(annotation) is list:
+        return "a comma-separated list"
+    return "text"
