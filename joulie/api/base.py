@@ -40,11 +40,21 @@ def _rfc3339(value: datetime) -> str:
 Timestamp = Annotated[datetime, PlainSerializer(_rfc3339, return_type=str)]
 """An RFC 3339 time, serialised in UTC with a ``Z`` suffix as Kubernetes does."""
 
-Percent = Annotated[float, Field(gt=0, le=100)]
+def _compact(value: float) -> float | int:
+    return int(value) if value.is_integer() else value
+
+
+Number = Annotated[float, PlainSerializer(_compact, return_type=float | int)]
+"""A JSON number; whole values are written without a fraction (``60``, not ``60.0``), as
+Kubernetes objects conventionally carry them, so objects round-trip to the same text."""
+
+Percent = Annotated[Number, Field(gt=0, le=100)]
 """A percentage in (0, 100]."""
 
-Watts = Annotated[float, Field(ge=1)]
+Watts = Annotated[Number, Field(ge=1)]
 """A power value in watts, at least 1 W."""
+
+NonNegative = Annotated[Number, Field(ge=0)]
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 

@@ -10,12 +10,9 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from joulie.api.base import K8sModel, NonNegativeInt, ObjectMeta, Timestamp
+from joulie.api.base import K8sModel, NonNegative, NonNegativeInt, ObjectMeta, Timestamp
 from joulie.api.enums import DiscoveryQuality
 from joulie.api.keys import NODE_HARDWARE_KIND
-
-NonNegative = Annotated[float, Field(ge=0)]
-
 
 class PresetSupport(K8sModel):
     preset: str

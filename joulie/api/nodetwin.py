@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from joulie.api.base import (
     Condition,
     K8sModel,
     NonNegativeInt,
+    Number,
     ObjectMeta,
     Percent,
     Timestamp,
@@ -28,7 +29,7 @@ from joulie.api.enums import (
 )
 from joulie.api.keys import NODE_TWIN_KIND
 
-Score = Annotated[float, Field(ge=0, le=100)]
+Score = Annotated[Number, Field(ge=0, le=100)]
 
 
 class CpuGovernorSpec(K8sModel):
@@ -73,6 +74,16 @@ class GpuGovernorSpec(K8sModel):
     compute_clock_ceiling_pct_of_max: Percent | None = None
     """Graphics clock ceiling as a percentage of the maximum clock (only with preset efficient)."""
 
+    @model_validator(mode="after")
+    def _ceiling_only_when_efficient(self) -> GpuGovernorSpec:
+        # Mirrors the CEL rule above, so an invalid spec fails in Python before it is sent.
+        if (
+            self.compute_clock_ceiling_pct_of_max is not None
+            and self.preset is not GpuGovernorPreset.EFFICIENT
+        ):
+            raise ValueError("computeClockCeilingPctOfMax is only valid with preset efficient")
+        return self
+
 
 class GpuSpec(K8sModel):
     power_cap: GpuPowerCap | None = None
@@ -110,28 +121,28 @@ class NodeTwinSpec(K8sModel):
 class PowerMeasurement(K8sModel):
     source: str | None = None
     """Where measuredNodePowerW came from (static, http, prometheus, or a failure marker)."""
-    measured_node_power_w: float | None = None
+    measured_node_power_w: Number | None = None
     """Measured power of the whole node in watts."""
-    cpu_capped_power_w: float | None = None
+    cpu_capped_power_w: Number | None = None
     """CPU power budget under the current cap, in watts."""
-    gpu_capped_power_w: float | None = None
+    gpu_capped_power_w: Number | None = None
     """GPU power budget under the current cap, in watts."""
-    node_capped_power_w: float | None = None
+    node_capped_power_w: Number | None = None
     """Node power budget under the current caps, in watts."""
-    cpu_tdp_w: float | None = None
+    cpu_tdp_w: Number | None = None
     """Uncapped CPU power (TDP) of the node, in watts."""
-    gpu_tdp_w: float | None = None
+    gpu_tdp_w: Number | None = None
     """Uncapped GPU power of the node, in watts."""
-    node_tdp_w: float | None = None
+    node_tdp_w: Number | None = None
     """Uncapped node power, in watts."""
-    power_trend_w_per_min: float | None = None
+    power_trend_w_per_min: Number | None = None
     """Rate of change of measured power, in watts per minute."""
 
 
 class EffectiveCapState(K8sModel):
-    cpu_pct: float | None = None
+    cpu_pct: Number | None = None
     """CPU cap the twin used, as a percentage of maximum."""
-    gpu_pct: float | None = None
+    gpu_pct: Number | None = None
     """GPU cap the twin used, as a percentage of maximum."""
 
 
@@ -161,7 +172,7 @@ class ControlStatus(K8sModel):
 class NodeTwinStatus(K8sModel):
     schedulable_class: SchedulableClass | None = None
     """Class the scheduler extender filters and scores by."""
-    predicted_power_headroom_score: float | None = None
+    predicted_power_headroom_score: Number | None = None
     """Unused share of the capped power budget, in percent (negative when over budget)."""
     predicted_cooling_stress_score: Score | None = None
     """Measured power against uncapped TDP, scaled by ambient temperature, 0-100."""
@@ -169,7 +180,7 @@ class NodeTwinStatus(K8sModel):
     """Rack (else cluster) power against a 50 kW supply, 0-100."""
     hardware_density_score: Score | None = None
     """Compute density proxy against a 192-core, 8-GPU reference node, 0-100."""
-    estimated_pue: float | None = Field(default=None, alias="estimatedPUE")
+    estimated_pue: Number | None = Field(default=None, alias="estimatedPUE")
     """Power usage effectiveness implied by cooling stress (1.05-1.40)."""
     power_measurement: PowerMeasurement | None = None
     """Measured and derived power figures."""

@@ -132,8 +132,7 @@ class ManagerSettings(EnvSettings):
 
     # -- governors ----------------------------------------------------------------------------
     governor_control: Annotated[GovernorControl, WARN_ON_INVALID] = GovernorControl.OFF
-    """Which governor presets are written: off, cpu, gpu or all. Anything else warns and means
-    off."""
+    """Which governor presets are written: off, cpu, gpu or all."""
     cpu_performance_governor_preset: Annotated[
         CpuPresetOrNone,
         WARN_ON_INVALID,
@@ -177,13 +176,16 @@ class ManagerSettings(EnvSettings):
         ),
     ] = Field(default_factory=dict)
     """GPU presets and clock ceiling per GPU model, matched against the product label and the
-    model the agent reports; the only way to select sustained. An unusable entry warns and is
-    ignored."""
+    model the agent reports; the only way to select sustained. An unusable entry is ignored with a
+    warning."""
     gpu_governor_sustained_only_multi_gpu: bool = False
     """Write the sustained preset only while a running pod on the node uses 2 or more GPUs."""
 
     # -- power sources ------------------------------------------------------------------------
-    node_power_source: NodePowerSource = NodePowerSource.STATIC
+    node_power_source: Annotated[
+        NodePowerSource,
+        Accepts("static, http or prometheus (kepler and utilization are reserved and refused)"),
+    ] = NodePowerSource.STATIC
     """Where measured node power comes from: static (0 W everywhere), http or prometheus.
     kepler and utilization are reserved."""
     node_power_http_endpoint: Annotated[str, Accepts("an http(s) URL containing {node}")] = ""

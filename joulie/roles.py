@@ -1,0 +1,77 @@
+"""The roles one Joulie process can run, and the settings each one reads."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from joulie.agent.settings import AgentSettings
+from joulie.extender.settings import ExtenderSettings
+from joulie.manager.settings import ManagerSettings
+from joulie.process_settings import ProcessSettings
+from joulie.runtime import Role
+from joulie.settings import EnvSettings, Loaded
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    name: str
+    summary: str
+    settings: type[EnvSettings]
+    implementation: str | None = None
+    """``module:factory`` building the role from its settings; None until the role is built."""
+
+    def build(self, settings: EnvSettings) -> Role:
+        if self.implementation is None:
+            raise NotImplementedError(self.name)
+        module, _, attr = self.implementation.partition(":")
+        factory: Callable[[Any], Role] = getattr(importlib.import_module(module), attr)
+        return factory(settings)
+
+
+ROLES: Mapping[str, RoleSpec] = {
+    spec.name: spec
+    for spec in (
+        RoleSpec(
+            "manager",
+            "controller manager: policy, performance split, caps, governors, twin",
+            ManagerSettings,
+        ),
+        RoleSpec(
+            "agent",
+            "node agent: hardware discovery and enforcement of caps and governors",
+            AgentSettings,
+        ),
+        RoleSpec(
+            "extender",
+            "scheduler extender: filter, prioritize and preempt for kube-scheduler",
+            ExtenderSettings,
+        ),
+    )
+}
+
+
+class UnknownRoleError(ValueError):
+    pass
+
+
+def parse_roles(text: str) -> list[RoleSpec]:
+    """``manager,extender`` to role specs, in the given order, without repeats."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UnknownRoleError(f"no role given; choose from {', '.join(ROLES)}")
+    unknown = [n for n in names if n not in ROLES]
+    if unknown:
+        raise UnknownRoleError(
+            f"unknown role {', '.join(map(repr, unknown))}; choose from {', '.join(ROLES)}"
+        )
+    return [ROLES[n] for n in dict.fromkeys(names)]
+
+
+def load_settings(
+    specs: list[RoleSpec], environ: Mapping[str, str]
+) -> list[Loaded[Any]]:
+    """The process settings first, then each role's, all read from ``environ``."""
+    return [ProcessSettings.from_env(environ), *(s.settings.from_env(environ) for s in specs)]

@@ -1,0 +1,190 @@
+"""Settings come from the environment; every bad value is reported at once, naming the variable."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from joulie.agent.settings import AgentSettings
+from joulie.api.enums import GovernorControl, NodePowerSource, PolicyType
+from joulie.extender.settings import ExtenderSettings
+from joulie.manager.settings import ManagerSettings
+from joulie.process_settings import ProcessSettings
+from joulie.settings import Source, format_duration, parse_duration
+
+
+def test_defaults_follow_the_spec_and_upstream() -> None:
+    loaded = ManagerSettings.from_env({})
+    s = loaded.settings
+    assert loaded.problems == [] and loaded.warnings == []
+    assert s.policy_type is PolicyType.STATIC_PARTITION
+    assert s.static_hp_frac == 0.5 and s.queue_hp_base_frac == 0.6
+    assert (s.queue_hp_min, s.queue_hp_max, s.queue_perf_per_hp_node) == (1, 1_000_000, 10)
+    assert s.reconcile_interval == 60.0
+    assert s.performance_cap_watts == 5000
+    assert s.governor_control is GovernorControl.OFF
+    assert s.cpu_eco_governor_preset == "efficiency"
+    assert s.gpu_eco_governor_preset == "efficient"
+    assert s.gpu_eco_clock_ceiling_pct_of_max == 80
+    assert s.node_power_source is NodePowerSource.STATIC
+    assert s.enable_facility_metrics is False
+    assert s.gpu_product_label_keys[0] == "joulie.io/gpu.product"
+    assert set(loaded.sources.values()) == {Source.DEFAULT}
+
+
+def test_environment_values_are_parsed_and_attributed() -> None:
+    env = {
+        "POLICY_TYPE": "queue_aware_v1",
+        "RECONCILE_INTERVAL": " 1m30s ",
+        "STATIC_HP_FRAC": "0.2",
+        "CPU_ECO_CAP_ON_UNCAPPABLE_GPU_NODES": "true",
+        "GPU_PRODUCT_LABEL_KEYS": "a/b, c/d",
+        "GPU_MODEL_CAPS_JSON": '{"NVIDIA-H100": {"minCapWatts": 200, "maxCapWatts": 700}}',
+        "UNRELATED": "x",
+    }
+    loaded = ManagerSettings.from_env(env)
+    s = loaded.settings
+    assert loaded.problems == []
+    assert s.policy_type is PolicyType.QUEUE_AWARE_V1
+    assert s.reconcile_interval == 90.0
+    assert s.static_hp_frac == 0.2
+    assert s.cpu_eco_cap_on_uncappable_gpu_nodes is True
+    assert s.gpu_product_label_keys == ["a/b", "c/d"]
+    assert s.gpu_model_caps_json["NVIDIA-H100"].max_cap_watts == 700
+    assert loaded.sources["POLICY_TYPE"] == Source.ENVIRONMENT
+    assert loaded.sources["QUEUE_HP_MIN"] == Source.DEFAULT
+    assert s.display("reconcile_interval") == "1m30s"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    env = {
+        "STATIC_HP_FRAC": "abc",
+        "QUEUE_HP_MIN": "-1",
+        "RECONCILE_INTERVAL": "soon",
+        "POLICY_TYPE": "turbo",
+        "NODE_SELECTOR": "a in (b",
+        "GPU_MODEL_CAPS_JSON": "{not json",
+    }
+    loaded = ManagerSettings.from_env(env)
+    by_var = {p.variable: p for p in loaded.problems}
+    assert set(by_var) == set(env)
+    assert by_var["STATIC_HP_FRAC"].value == "abc"
+    assert "<= 1" in by_var["STATIC_HP_FRAC"].accepted
+    assert "static_partition" in by_var["POLICY_TYPE"].accepted
+    assert "not valid JSON" in by_var["GPU_MODEL_CAPS_JSON"].detail
+    assert "duration" in by_var["RECONCILE_INTERVAL"].accepted
+    # The rest of the settings are still usable (and defaulted where invalid).
+    assert loaded.settings.static_hp_frac == 0.5
+    assert loaded.sources["STATIC_HP_FRAC"] == Source.DEFAULT_INVALID
+
+
+def test_cross_variable_rules() -> None:
+    problems = ManagerSettings.from_env({"QUEUE_HP_MIN": "5", "QUEUE_HP_MAX": "3"}).problems
+    assert [p.variable for p in problems] == ["QUEUE_HP_MAX"]
+
+    http = ManagerSettings.from_env({"NODE_POWER_SOURCE": "http"}).problems
+    assert [p.variable for p in http] == ["NODE_POWER_HTTP_ENDPOINT"]
+    no_placeholder = ManagerSettings.from_env(
+        {"NODE_POWER_SOURCE": "http", "NODE_POWER_HTTP_ENDPOINT": "http://sim/telemetry"}
+    ).problems
+    assert "{node}" in no_placeholder[0].detail
+    ok = ManagerSettings.from_env(
+        {"NODE_POWER_SOURCE": "http", "NODE_POWER_HTTP_ENDPOINT": "http://sim/t/{node}"}
+    )
+    assert ok.problems == []
+
+    prom = ManagerSettings.from_env({"NODE_POWER_SOURCE": "prometheus"}).problems
+    assert {p.variable for p in prom} == {
+        "NODE_POWER_PROMETHEUS_ADDRESS",
+        "NODE_POWER_PROMETHEUS_QUERY",
+    }
+
+
+def test_reserved_power_sources_are_refused_clearly() -> None:
+    for source in ("kepler", "utilization"):
+        (problem,) = ManagerSettings.from_env({"NODE_POWER_SOURCE": source}).problems
+        assert problem.variable == "NODE_POWER_SOURCE"
+        assert "reserved" in problem.detail
+
+
+def test_governor_settings_warn_and_fall_back_instead_of_failing() -> None:
+    loaded = ManagerSettings.from_env(
+        {
+            "GOVERNOR_CONTROL": "yes-please",
+            "GPU_ECO_GOVERNOR_PRESET": "sustained",
+            "CPU_ECO_GOVERNOR_PRESET": "fast",
+            "GPU_ECO_CLOCK_CEILING_PCT_OF_MAX": "150",
+        }
+    )
+    assert loaded.problems == []
+    assert len(loaded.warnings) == 4
+    s = loaded.settings
+    assert s.governor_control is GovernorControl.OFF
+    assert s.gpu_eco_governor_preset == "efficient"
+    assert s.cpu_eco_governor_preset == "efficiency"
+    assert s.gpu_eco_clock_ceiling_pct_of_max == 80
+    assert any("GPU_GOVERNOR_MODEL_PRESETS_JSON" in w for w in loaded.warnings)
+
+
+def test_empty_gpu_preset_means_none() -> None:
+    loaded = ManagerSettings.from_env({"GPU_ECO_GOVERNOR_PRESET": ""})
+    assert loaded.settings.gpu_eco_governor_preset == ""
+    assert loaded.sources["GPU_ECO_GOVERNOR_PRESET"] == Source.ENVIRONMENT
+    # For ordinary variables an empty value counts as unset.
+    assert ManagerSettings.from_env({"STATIC_HP_FRAC": ""}).settings.static_hp_frac == 0.5
+
+
+def test_model_presets_keep_good_entries_and_warn_on_bad_ones() -> None:
+    loaded = ManagerSettings.from_env(
+        {
+            "GPU_GOVERNOR_MODEL_PRESETS_JSON": (
+                '{"NVIDIA H100 NVL": {"performance": "sustained", "eco": "efficient",'
+                ' "computeClockCeilingPctOfMax": 70},'
+                ' "L40S": {"eco": "turbo"}, "MI300X": {"eco": ""}}'
+            )
+        }
+    )
+    presets = loaded.settings.gpu_governor_model_presets()
+    assert set(presets) == {"NVIDIA H100 NVL", "MI300X"}
+    assert presets["NVIDIA H100 NVL"].performance == "sustained"
+    assert presets["NVIDIA H100 NVL"].compute_clock_ceiling_pct_of_max == 70
+    assert presets["MI300X"].eco == ""
+    (warning,) = loaded.warnings
+    assert "'L40S'" in warning and "turbo" in warning
+
+
+def test_agent_rules() -> None:
+    (problem,) = AgentSettings.from_env({}).problems
+    assert problem.variable == "NODE_NAME"
+    assert AgentSettings.from_env({"AGENT_MODE": "pool"}).problems == []
+    problems = AgentSettings.from_env(
+        {"NODE_NAME": "n1", "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_GPU_CONTROL": "http",
+         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "ftp://sim/{node}"}
+    ).problems
+    assert {p.variable for p in problems} == {
+        "TELEMETRY_CPU_HTTP_ENDPOINT",
+        "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
+    }
+
+
+def test_process_and_extender_settings() -> None:
+    loaded = ProcessSettings.from_env({"METRICS_ADDR": "127.0.0.1:9100", "LOG_FORMAT": "xml"})
+    assert loaded.settings.metrics_addr == "127.0.0.1:9100"
+    assert [p.variable for p in loaded.problems] == ["LOG_FORMAT"]
+    bad = ExtenderSettings.from_env({"EXTENDER_ADDR": "localhost:99999"}).problems
+    assert [p.variable for p in bad] == ["EXTENDER_ADDR"]
+    timeout = ProcessSettings.from_env({"SHUTDOWN_TIMEOUT": "10m"}).problems
+    assert timeout[0].detail == "must be at most 5m"
+
+
+@given(st.integers(min_value=1, max_value=10 * 24 * 3600))
+def test_durations_round_trip_through_their_display_form(seconds: int) -> None:
+    assert parse_duration(format_duration(float(seconds))) == seconds
+
+
+def test_duration_forms() -> None:
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2h") == 7200
+    assert parse_duration("1h30m15s") == 5415
+    assert parse_duration("45") == 45
+    assert format_duration(0.25) == "250ms"
