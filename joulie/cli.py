@@ -39,15 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     crds = sub.add_parser("crds", help="print the CustomResourceDefinitions as YAML")
-    crds.add_argument(
-        "--dir", type=Path, help="write one file per CRD into this directory instead"
-    )
+    crds.add_argument("--dir", type=Path, help="write one file per CRD into this directory instead")
 
     config = sub.add_parser(
         "config", help="print a role's effective settings and where each value came from"
     )
-    config.add_argument("--role", dest="config_role", metavar="ROLES", required=True,
-                        help=f"comma-separated roles: {', '.join(ROLES)}")
+    config.add_argument(
+        "--role",
+        dest="config_role",
+        metavar="ROLES",
+        required=True,
+        help=f"comma-separated roles: {', '.join(ROLES)}",
+    )
     config.add_argument("--output", choices=("table", "json"), default="table")
     return parser
 

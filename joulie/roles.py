@@ -70,8 +70,6 @@ def parse_roles(text: str) -> list[RoleSpec]:
     return [ROLES[n] for n in dict.fromkeys(names)]
 
 
-def load_settings(
-    specs: list[RoleSpec], environ: Mapping[str, str]
-) -> list[Loaded[Any]]:
+def load_settings(specs: list[RoleSpec], environ: Mapping[str, str]) -> list[Loaded[Any]]:
     """The process settings first, then each role's, all read from ``environ``."""
     return [ProcessSettings.from_env(environ), *(s.settings.from_env(environ) for s in specs)]

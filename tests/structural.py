@@ -59,8 +59,21 @@ def schema_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[st
     return errors
 
 
-_FORBIDDEN = ("$ref", "$defs", "definitions", "anyOf", "oneOf", "allOf", "not", "const",
-              "uniqueItems", "patternProperties", "dependencies", "additionalItems", "id")
+_FORBIDDEN = (
+    "$ref",
+    "$defs",
+    "definitions",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "not",
+    "const",
+    "uniqueItems",
+    "patternProperties",
+    "dependencies",
+    "additionalItems",
+    "id",
+)
 
 
 def structural_problems(schema: dict[str, Any], path: str = "") -> list[str]:

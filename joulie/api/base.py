@@ -40,6 +40,7 @@ def _rfc3339(value: datetime) -> str:
 Timestamp = Annotated[datetime, PlainSerializer(_rfc3339, return_type=str)]
 """An RFC 3339 time, serialised in UTC with a ``Z`` suffix as Kubernetes does."""
 
+
 def _compact(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 

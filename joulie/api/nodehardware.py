@@ -14,6 +14,7 @@ from joulie.api.base import K8sModel, NonNegative, NonNegativeInt, ObjectMeta, T
 from joulie.api.enums import DiscoveryQuality
 from joulie.api.keys import NODE_HARDWARE_KIND
 
+
 class PresetSupport(K8sModel):
     preset: str
     """Vendor-neutral preset name."""

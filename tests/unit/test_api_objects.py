@@ -29,25 +29,34 @@ def test_nodetwin_example_parses_with_typed_fields(data_dir: Path) -> None:
     twin = NodeTwin.model_validate(load(data_dir, "nodetwin.yaml"))
     assert twin.metadata.name == "kwok-gpu-nvidia-0"
     assert twin.spec.profile is Profile.ECO
-    assert twin.spec.cpu is not None and twin.spec.cpu.package_power_cap_watts == 5000
-    assert twin.spec.gpu is not None and twin.spec.gpu.power_cap is not None
+    assert twin.spec.cpu is not None
+    assert twin.spec.cpu.package_power_cap_watts == 5000
+    assert twin.spec.gpu is not None
+    assert twin.spec.gpu.power_cap is not None
     assert twin.spec.gpu.power_cap.cap_watts_per_gpu == 240
     assert twin.spec.gpu.power_cap.cap_pct_of_max == 60
-    assert twin.spec.policy is not None and twin.spec.policy.name == "static-partition-v1"
+    assert twin.spec.policy is not None
+    assert twin.spec.policy.name == "static-partition-v1"
 
 
 def test_nodehardware_example_parses_with_typed_fields(data_dir: Path) -> None:
     hw = NodeHardware.model_validate(load(data_dir, "nodehardware.yaml"))
-    assert hw.status is not None and hw.status.cpu is not None and hw.status.gpu is not None
-    assert hw.status.cpu.sockets == 2 and hw.status.cpu.total_cores == 96
-    assert hw.status.cpu.governor is not None and hw.status.cpu.governor.presets is not None
+    assert hw.status is not None
+    assert hw.status.cpu is not None
+    assert hw.status.gpu is not None
+    assert hw.status.cpu.sockets == 2
+    assert hw.status.cpu.total_cores == 96
+    assert hw.status.cpu.governor is not None
+    assert hw.status.cpu.governor.presets is not None
     presets = {p.preset: p.native for p in hw.status.cpu.governor.presets}
     assert presets[CpuGovernorPreset.EFFICIENCY] == "powersave epp=balance_power"
     assert hw.status.gpu.cap_range_per_gpu is not None
     assert hw.status.gpu.cap_range_per_gpu.max_watts == 400
-    assert hw.status.gpu.governor is not None and hw.status.gpu.governor.presets is not None
+    assert hw.status.gpu.governor is not None
+    assert hw.status.gpu.governor.presets is not None
     assert hw.status.gpu.governor.presets[1].native == "-lgc 345,1425"
-    assert hw.status.quality is not None and hw.status.quality.overall is DiscoveryQuality.EXACT
+    assert hw.status.quality is not None
+    assert hw.status.quality.overall is DiscoveryQuality.EXACT
 
 
 @pytest.mark.parametrize(
@@ -106,17 +115,29 @@ def test_invalid_nodetwins_are_rejected_naming_the_field(
 
 
 def test_clock_ceiling_only_with_efficient() -> None:
-    assert GpuGovernorSpec.model_validate(
-        {"preset": "efficient", "computeClockCeilingPctOfMax": 80}
-    ).compute_clock_ceiling_pct_of_max == 80
+    assert (
+        GpuGovernorSpec.model_validate(
+            {"preset": "efficient", "computeClockCeilingPctOfMax": 80}
+        ).compute_clock_ceiling_pct_of_max
+        == 80
+    )
     with pytest.raises(ValidationError, match="only valid with preset efficient"):
         GpuGovernorSpec.model_validate({"preset": "peak", "computeClockCeilingPctOfMax": 80})
 
 
 def test_control_results_are_the_spec_list() -> None:
     assert [r.value for r in ControlResult] == [
-        "applied", "applied-unverified", "equivalent", "unsupported", "not-applied",
-        "refused", "drift", "contended", "disabled", "restored", "error",
+        "applied",
+        "applied-unverified",
+        "equivalent",
+        "unsupported",
+        "not-applied",
+        "refused",
+        "drift",
+        "contended",
+        "disabled",
+        "restored",
+        "error",
     ]
 
 
@@ -126,15 +147,22 @@ def test_timestamps_serialise_as_rfc3339_utc() -> None:
             "metadata": {"name": "n1"},
             "spec": {"nodeName": "n1", "profile": "performance"},
             "status": {
-                "controlStatus": {"cpu": {"result": "applied",
-                                          "updatedAt": "2026-11-29T10:00:00+01:00"}},
-                "conditions": [{"type": "AgentReporting", "status": "True",
-                                "reason": "NodeHardwareCurrent",
-                                "lastTransitionTime": "2026-11-29T09:00:00Z"}],
+                "controlStatus": {
+                    "cpu": {"result": "applied", "updatedAt": "2026-11-29T10:00:00+01:00"}
+                },
+                "conditions": [
+                    {
+                        "type": "AgentReporting",
+                        "status": "True",
+                        "reason": "NodeHardwareCurrent",
+                        "lastTransitionTime": "2026-11-29T09:00:00Z",
+                    }
+                ],
             },
         }
     )
     wire = twin.to_wire()
     assert wire["status"]["controlStatus"]["cpu"]["updatedAt"] == "2026-11-29T09:00:00Z"
     assert wire["status"]["conditions"][0]["lastTransitionTime"] == "2026-11-29T09:00:00Z"
-    assert wire["apiVersion"] == "joulie.io/v1alpha1" and wire["kind"] == "NodeTwin"
+    assert wire["apiVersion"] == "joulie.io/v1alpha1"
+    assert wire["kind"] == "NodeTwin"

@@ -1,4 +1,4 @@
-"""The CRDs are generated from the models, are valid structural schemas, and say what the spec says."""
+"""The CRDs come from the models, are structural, and say what the spec says."""
 
 from __future__ import annotations
 
@@ -33,9 +33,12 @@ def test_schema_is_structural(info: Any) -> None:
 def test_crd_shape(info: Any) -> None:
     crd = crd_manifest(info)
     spec = crd["spec"]
-    assert spec["group"] == "joulie.io" and spec["scope"] == "Cluster"
+    assert spec["group"] == "joulie.io"
+    assert spec["scope"] == "Cluster"
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["name"] == "v1alpha1"
+    assert version["served"]
+    assert version["storage"]
     assert version["subresources"] == {"status": {}}
     assert spec["names"]["plural"] == info.plural
 
@@ -109,7 +112,8 @@ def test_schema_rejects_invalid_nodetwins(data_dir: Path, path: list[str], value
         target = target[key]
     target[path[-1]] = value
     errors = schema_errors(schema_of(NODE_TWIN_CRD), obj)
-    assert errors and path[-1] in errors[0]
+    assert errors
+    assert path[-1] in errors[0]
 
 
 def test_schema_rejects_missing_node_name(data_dir: Path) -> None:

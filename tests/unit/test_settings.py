@@ -16,9 +16,11 @@ from joulie.settings import Source, format_duration, parse_duration
 def test_defaults_follow_the_spec_and_upstream() -> None:
     loaded = ManagerSettings.from_env({})
     s = loaded.settings
-    assert loaded.problems == [] and loaded.warnings == []
+    assert loaded.problems == []
+    assert loaded.warnings == []
     assert s.policy_type is PolicyType.STATIC_PARTITION
-    assert s.static_hp_frac == 0.5 and s.queue_hp_base_frac == 0.6
+    assert s.static_hp_frac == 0.5
+    assert s.queue_hp_base_frac == 0.6
     assert (s.queue_hp_min, s.queue_hp_max, s.queue_perf_per_hp_node) == (1, 1_000_000, 10)
     assert s.reconcile_interval == 60.0
     assert s.performance_cap_watts == 5000
@@ -150,7 +152,8 @@ def test_model_presets_keep_good_entries_and_warn_on_bad_ones() -> None:
     assert presets["NVIDIA H100 NVL"].compute_clock_ceiling_pct_of_max == 70
     assert presets["MI300X"].eco == ""
     (warning,) = loaded.warnings
-    assert "'L40S'" in warning and "turbo" in warning
+    assert "'L40S'" in warning
+    assert "turbo" in warning
 
 
 def test_agent_rules() -> None:
@@ -158,8 +161,12 @@ def test_agent_rules() -> None:
     assert problem.variable == "NODE_NAME"
     assert AgentSettings.from_env({"AGENT_MODE": "pool"}).problems == []
     problems = AgentSettings.from_env(
-        {"NODE_NAME": "n1", "TELEMETRY_CPU_SOURCE": "http", "TELEMETRY_GPU_CONTROL": "http",
-         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "ftp://sim/{node}"}
+        {
+            "NODE_NAME": "n1",
+            "TELEMETRY_CPU_SOURCE": "http",
+            "TELEMETRY_GPU_CONTROL": "http",
+            "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "ftp://sim/{node}",
+        }
     ).problems
     assert {p.variable for p in problems} == {
         "TELEMETRY_CPU_HTTP_ENDPOINT",

@@ -1,0 +1,3 @@
+from joulie.cli import entrypoint
+
+entrypoint()

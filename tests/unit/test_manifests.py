@@ -1,0 +1,136 @@
+"""The deployment manifests hang together and configure each role validly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from joulie.roles import load_settings, parse_roles
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
+
+
+def kustomizations() -> list[Path]:
+    return sorted(MANIFESTS.rglob("kustomization.yaml"))
+
+
+def objects() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if path.name == "kustomization.yaml" or path.name.endswith(".example.yaml"):
+            continue
+        found += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return found
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects() if o["kind"] == kind]
+
+
+def workloads() -> Iterator[dict[str, Any]]:
+    for o in objects():
+        if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+            yield o
+
+
+@pytest.mark.parametrize("kustomization", kustomizations(), ids=lambda p: str(p.parent.name))
+def test_kustomization_resources_exist(kustomization: Path) -> None:
+    spec = yaml.safe_load(kustomization.read_text())
+    for resource in spec["resources"]:
+        target = kustomization.parent / resource
+        assert target.is_file() or (target / "kustomization.yaml").is_file(), resource
+
+
+def test_every_object_is_identified_and_namespaced_where_needed() -> None:
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for o in objects():
+        assert o["apiVersion"], o
+        assert o["metadata"]["name"], o
+        if o["kind"] not in cluster_scoped:
+            assert o["metadata"].get("namespace") == "joulie-system", o["metadata"]["name"]
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    env = {}
+    for item in container.get("env", []):
+        # Values from the downward API are only known in the cluster; any name will do here.
+        env[item["name"]] = item.get("value", "from-downward-api")
+    return env
+
+
+@pytest.mark.parametrize("workload", list(workloads()), ids=lambda w: w["metadata"]["name"])
+def test_workload_environment_is_a_valid_configuration(workload: dict[str, Any]) -> None:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    (arg,) = container["args"]
+    assert arg.startswith("--role=")
+    loaded = load_settings(parse_roles(arg.removeprefix("--role=")), _env(container))
+    assert [str(p) for item in loaded for p in item.problems] == []
+    assert [w for item in loaded for w in item.warnings] == []
+    known = {item.settings.env_name(n) for item in loaded for n in type(item.settings).model_fields}
+    # Every variable set is one the role reads (typos would be silently ignored otherwise);
+    # the NVIDIA ones are read by the container runtime.
+    outside = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+    assert set(_env(container)) - known <= outside
+
+
+@pytest.mark.parametrize("workload", list(workloads()), ids=lambda w: w["metadata"]["name"])
+def test_workloads_run_under_their_own_bound_service_account(workload: dict[str, Any]) -> None:
+    pod = workload["spec"]["template"]["spec"]
+    account = pod["serviceAccountName"]
+    assert account in {sa["metadata"]["name"] for sa in by_kind("ServiceAccount")}
+    bound = {s["name"] for b in by_kind("ClusterRoleBinding") for s in b["subjects"]}
+    assert account in bound
+    container = pod["containers"][0]
+    probes = (
+        container["livenessProbe"]["httpGet"]["path"],
+        container["readinessProbe"]["httpGet"]["path"],
+    )
+    assert probes == ("/healthz", "/readyz")
+
+
+def rules(name: str) -> list[dict[str, Any]]:
+    (role,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] == name]
+    return list(role["rules"])
+
+
+def test_extender_writes_nothing() -> None:
+    for rule in rules("joulie-extender"):
+        assert not set(rule["verbs"]) & WRITE_VERBS, rule
+
+
+def test_agent_cannot_change_nodes_or_desired_state() -> None:
+    for rule in rules("joulie-agent"):
+        if set(rule["verbs"]) & WRITE_VERBS:
+            assert not {"nodes", "nodetwins", "pods"} & set(rule["resources"]), rule
+
+
+def test_only_the_agent_daemonset_runs_as_root_and_without_privilege() -> None:
+    for w in workloads():
+        pod = w["spec"]["template"]["spec"]
+        security = pod["containers"][0]["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert not security.get("privileged", False)
+        if w["kind"] == "DaemonSet":
+            assert security["runAsUser"] == 0
+            mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+            assert "/host-sys" in mounts
+        else:
+            assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_scheduler_config_example_points_at_the_extender_service() -> None:
+    config = yaml.safe_load(
+        (MANIFESTS / "extender" / "kube-scheduler-config.example.yaml").read_text()
+    )
+    (extender,) = config["extenders"]
+    (service,) = [s for s in by_kind("Service") if s["metadata"]["name"] == "joulie-extender"]
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http-extender")
+    assert extender["urlPrefix"] == f"http://joulie-extender.joulie-system.svc:{port}"
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is True

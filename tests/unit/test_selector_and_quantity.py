@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.api.selector import SelectorError, parse_selector
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "expected"),
+    [
+        ("joulie.io/managed=true", {"joulie.io/managed": "true"}, True),
+        ("joulie.io/managed=true", {"joulie.io/managed": "false"}, False),
+        ("joulie.io/managed==true", {"joulie.io/managed": "true"}, True),
+        ("a!=x", {}, True),
+        ("a!=x", {"a": "x"}, False),
+        ("node-role.kubernetes.io/worker", {"node-role.kubernetes.io/worker": ""}, True),
+        ("!joulie.io/reserved", {"joulie.io/reserved": "true"}, False),
+        ("tier in (gold, silver),zone notin (z1)", {"tier": "gold", "zone": "z2"}, True),
+        ("tier in (gold, silver),zone notin (z1)", {"tier": "gold", "zone": "z1"}, False),
+        ("", {"anything": "x"}, True),
+    ],
+)
+def test_selector_matching(text: str, labels: dict[str, str], expected: bool) -> None:
+    assert parse_selector(text).matches(labels) is expected
+
+
+def test_selector_canonical_form() -> None:
+    assert str(parse_selector(" a==b , c in (x,y), !d ")) == "a=b,c in (x,y),!d"
+
+
+@pytest.mark.parametrize("text", ["a in (b", "=x", "a=b=c", "bad key=1", "a,,b", "a=" + "x" * 64])
+def test_selector_errors_name_the_problem(text: str) -> None:
+    with pytest.raises(SelectorError):
+        parse_selector(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", 2),
+        ("500m", Fraction(1, 2)),
+        ("1Gi", 2**30),
+        ("1k", 1000),
+        ("1e3", 1000),
+        ("0.5", Fraction(1, 2)),
+        (3, 3),
+        ("1.5Gi", 3 * 2**29),
+    ],
+)
+def test_quantities(text: str | int, value: Fraction | int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "5 Gi", "1Zi"])
+def test_bad_quantities(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
