@@ -36,6 +36,10 @@ HW_CPU_CORES_LABEL: Final = "joulie.io/hw.cpu-cores"
 HW_GPU_MODEL_LABEL: Final = "joulie.io/hw.gpu-model"
 HW_GPU_COUNT_LABEL: Final = "joulie.io/hw.gpu-count"
 GPU_PRODUCT_LABEL: Final = "joulie.io/gpu.product"
+# Label values cannot hold raw model strings ("Intel(R) Xeon(R) ..."); these annotations keep them
+# exactly, so recognition against the catalog does not depend on how a label was sanitised.
+HW_CPU_MODEL_ANNOTATION: Final = "joulie.io/hw.cpu-model-name"
+HW_GPU_MODEL_ANNOTATION: Final = "joulie.io/hw.gpu-model-name"
 
 # Node Feature Discovery labels Joulie understands as hardware hints.
 NFD_CPU_MODEL_LABEL: Final = "feature.node.kubernetes.io/cpu-model.name"

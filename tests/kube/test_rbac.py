@@ -1,0 +1,123 @@
+"""Each role's credentials can do exactly what its ClusterRole (and Role) in manifests/ grant."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from hack.cluster.runner import NAMESPACE, LocalCluster
+
+pytestmark = pytest.mark.kube
+
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac"
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+# (API group, resource, subresource, namespace) probed for every role.
+TARGETS = (
+    ("", "nodes", "", ""),
+    ("", "pods", "", "default"),
+    ("", "pods", "eviction", "default"),
+    ("", "secrets", "", NAMESPACE),
+    ("joulie.io", "nodetwins", "", ""),
+    ("joulie.io", "nodetwins", "status", ""),
+    ("joulie.io", "nodehardwares", "", ""),
+    ("joulie.io", "nodehardwares", "status", ""),
+    ("events.k8s.io", "events", "", "default"),
+    ("coordination.k8s.io", "leases", "", NAMESPACE),
+    ("coordination.k8s.io", "leases", "", "kube-system"),
+)
+
+
+def granted(role: str) -> set[tuple[str, str, str, str, str]]:
+    """(verb, group, resource, subresource, namespace) triples the manifests grant ``role``."""
+    docs = [d for d in yaml.safe_load_all((RBAC / f"{role}.yaml").read_text()) if d]
+    allowed = set()
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "Role"):
+            continue
+        scope = doc["metadata"].get("namespace")
+        for rule, (verb, target) in itertools.product(
+            doc["rules"], itertools.product(VERBS, TARGETS)
+        ):
+            group, resource, sub, ns = target
+            name = f"{resource}/{sub}" if sub else resource
+            if (
+                group in rule["apiGroups"]
+                and name in rule["resources"]
+                and verb in rule["verbs"]
+                and (scope is None or scope == ns)
+            ):
+                allowed.add((verb, *target))
+    return allowed
+
+
+def can(client: httpx.Client, verb: str, group: str, resource: str, sub: str, ns: str) -> bool:
+    attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": resource}
+    if sub:
+        attributes["subresource"] = sub
+    if ns:
+        attributes["namespace"] = ns
+    response = client.post(
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        json={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        },
+    )
+    response.raise_for_status()
+    return bool(response.json()["status"]["allowed"])
+
+
+def role_client(cluster: LocalCluster, role: str) -> httpx.Client:
+    config = yaml.safe_load(cluster.role_kubeconfig(role).read_text())
+    token = config["users"][0]["user"]["token"]
+    return httpx.Client(
+        base_url=cluster.server,
+        verify=cluster.ca_tls(),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize("role", ["manager", "agent", "extender"])
+def test_access_matrix_matches_the_manifests(cluster: LocalCluster, role: str) -> None:
+    expected = granted(role)
+    assert expected, f"no rules parsed for {role}"
+    with role_client(cluster, role) as client:
+        actual = {
+            (verb, *target)
+            for verb, target in itertools.product(VERBS, TARGETS)
+            if can(client, verb, *target)
+        }
+    assert actual == expected
+
+
+def test_what_matters_most(cluster: LocalCluster) -> None:
+    with role_client(cluster, "extender") as extender:
+        assert not can(extender, "patch", "", "nodes", "", "")
+        assert can(extender, "list", "joulie.io", "nodetwins", "", "")
+    with role_client(cluster, "agent") as agent:
+        assert not can(agent, "patch", "joulie.io", "nodetwins", "", "")
+        assert can(agent, "patch", "joulie.io", "nodetwins", "status", "")
+        assert not can(agent, "patch", "", "nodes", "", "")
+    with role_client(cluster, "manager") as manager:
+        assert can(manager, "patch", "", "nodes", "", "")
+        assert not can(manager, "get", "", "secrets", "", NAMESPACE)
+        assert can(manager, "update", "coordination.k8s.io", "leases", "", NAMESPACE)
+        assert not can(manager, "update", "coordination.k8s.io", "leases", "", "kube-system")
+
+
+def test_role_credentials_really_are_refused(cluster: LocalCluster) -> None:
+    """Not only the review: an actual write with the extender's token is forbidden."""
+    with role_client(cluster, "extender") as extender:
+        response = extender.patch(
+            "/api/v1/nodes/any-node",
+            json={"metadata": {"labels": {"x": "y"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+    assert response.status_code == 403
