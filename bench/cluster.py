@@ -46,8 +46,9 @@ def run(sizes: list[int]) -> dict[str, Any]:
     manifests = node_manifests(load_inventory(INVENTORY))
     with tempfile.TemporaryDirectory(prefix="joulie-bench-") as tmp:
         # Long node leases, as a large real cluster would tune them (see LocalCluster).
-        cluster = LocalCluster(work_dir=Path(tmp), log=lambda _: None,
-                               node_lease_seconds=600, node_grace_seconds=1200)
+        cluster = LocalCluster(
+            work_dir=Path(tmp), log=lambda _: None, node_lease_seconds=600, node_grace_seconds=1200
+        )
         started = time.monotonic()
         cluster.up()
         figures["warm_start_seconds"] = round(time.monotonic() - started, 2)

@@ -359,8 +359,8 @@ class LocalCluster:
                 f"--root-ca-file={self.pki.ca_cert}",
                 "--use-service-account-credentials=false",
                 f"--node-monitor-grace-period={self.node_grace_seconds}s",
-            # A node KWOK has not reached yet must not be declared dead in the meantime.
-            f"--node-startup-grace-period={self.node_grace_seconds}s",
+                # A node KWOK has not reached yet must not be declared dead in the meantime.
+                f"--node-startup-grace-period={self.node_grace_seconds}s",
                 f"--feature-gates={FEATURE_GATES}",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",

@@ -158,11 +158,17 @@ def test_kwok_reasserts_ready_on_a_node_it_manages(
 ) -> None:
     name = exp02_nodes[-1]["metadata"]["name"]
     cluster.wait_nodes_ready([name], timeout=120)
-    unknown = {"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-                                          "reason": "NodeStatusUnknown"}]}}
+    unknown = {
+        "status": {
+            "conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]
+        }
+    }
     with cluster.api() as api:
-        patched = api.patch(f"/api/v1/nodes/{name}/status", json=unknown,
-                            headers={"Content-Type": "application/strategic-merge-patch+json"})
+        patched = api.patch(
+            f"/api/v1/nodes/{name}/status",
+            json=unknown,
+            headers={"Content-Type": "application/strategic-merge-patch+json"},
+        )
         assert patched.status_code == 200, patched.text
         ready = {c["type"]: c["status"] for c in patched.json()["status"]["conditions"]}
         assert ready["Ready"] == "Unknown"
