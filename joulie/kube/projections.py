@@ -1,0 +1,158 @@
+"""Slim projections of Nodes and Pods: the few fields Joulie reads, in compact frozen values.
+
+A full Pod decoded from JSON costs several KiB of Python objects; these cost a few hundred bytes,
+and repeated strings (namespaces, node names, phases) are interned so 100,000 pods share them.
+Because informers compare projections, an update that touches only fields left out here (a
+status heartbeat, a container restart count) never reaches a handler.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from joulie.api.gpu import pod_gpu_count
+from joulie.api.quantity import QuantityError, parse_quantity
+
+_intern = sys.intern
+
+NODE_ALLOCATABLE_KEEP = ("cpu", "memory", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class SlimNode:
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    allocatable: Mapping[str, str]
+    unschedulable: bool
+    ready: bool
+    deleting: bool
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlimPod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    cpu_millis: int
+    gpus: int
+    deleting: bool
+    owner_kind: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _subset(source: Mapping[str, Any] | None, keys: Iterable[str] | None) -> Mapping[str, str]:
+    if not source:
+        return {}
+    if keys is None:
+        return {_intern(k): str(v) for k, v in source.items()}
+    return {_intern(k): str(source[k]) for k in keys if k in source}
+
+
+def node_projection(
+    annotation_keys: Iterable[str] = (),
+    allocatable_keep: Callable[[str], bool] | None = None,
+) -> Callable[[Mapping[str, Any]], SlimNode]:
+    """Project Nodes keeping every label, the named annotations, and allocatable cpu, memory,
+    pods plus extended resources (GPUs) — or what ``allocatable_keep`` selects."""
+    keys = tuple(annotation_keys)
+
+    def keep(resource: str) -> bool:
+        if allocatable_keep is not None:
+            return allocatable_keep(resource)
+        return resource in NODE_ALLOCATABLE_KEEP or "/" in resource
+
+    def project(raw: Mapping[str, Any]) -> SlimNode:
+        meta = raw["metadata"]
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
+        allocatable = status.get("allocatable") or {}
+        return SlimNode(
+            name=_intern(meta["name"]),
+            labels=_subset(meta.get("labels"), None),
+            annotations=_subset(meta.get("annotations"), keys),
+            allocatable={_intern(k): str(v) for k, v in allocatable.items() if keep(k)},
+            unschedulable=bool(spec.get("unschedulable")),
+            ready=ready,
+            deleting="deletionTimestamp" in meta,
+            uid=str(meta.get("uid", "")),
+        )
+
+    return project
+
+
+def _cpu_millis(spec: Mapping[str, Any]) -> int:
+    """Effective CPU request of a pod, in millicores (requests, else limits, per container)."""
+
+    def container(c: Mapping[str, Any]) -> Fraction:
+        resources = c.get("resources") or {}
+        value = (resources.get("requests") or {}).get("cpu")
+        if value is None:
+            value = (resources.get("limits") or {}).get("cpu")
+        if value is None:
+            return Fraction(0)
+        try:
+            return parse_quantity(value)
+        except QuantityError:
+            return Fraction(0)
+
+    app = sum((container(c) for c in spec.get("containers") or ()), Fraction(0))
+    init = max((container(c) for c in spec.get("initContainers") or ()), default=Fraction(0))
+    return int(max(app, init) * 1000)
+
+
+def pod_projection(
+    annotation_keys: Iterable[str] = (),
+    label_keys: Iterable[str] = (),
+) -> Callable[[Mapping[str, Any]], SlimPod]:
+    """Project Pods keeping the named annotations and labels, placement, phase and requests."""
+    annotations = tuple(annotation_keys)
+    labels = tuple(label_keys)
+
+    def project(raw: Mapping[str, Any]) -> SlimPod:
+        meta = raw["metadata"]
+        spec = raw.get("spec") or {}
+        status = raw.get("status") or {}
+        owners = meta.get("ownerReferences") or ()
+        controller = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
+        return SlimPod(
+            namespace=_intern(meta.get("namespace", "")),
+            name=meta["name"],
+            uid=str(meta.get("uid", "")),
+            node_name=_intern(spec.get("nodeName") or ""),
+            phase=_intern(status.get("phase") or "Pending"),
+            annotations=_subset(meta.get("annotations"), annotations),
+            labels=_subset(meta.get("labels"), labels),
+            cpu_millis=_cpu_millis(spec),
+            gpus=pod_gpu_count(raw),
+            deleting="deletionTimestamp" in meta,
+            owner_kind=_intern(str(controller.get("kind", ""))),
+        )
+
+    return project
+
+
+def identity(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Keep the whole object (for small collections, e.g. Joulie's own CRs)."""
+    return raw
+
+
+def pods_by_node(pod: SlimPod) -> Iterable[str]:
+    """Index: the node a pod is bound to."""
+    return (pod.node_name,) if pod.node_name else ()
