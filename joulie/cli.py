@@ -17,7 +17,7 @@ from joulie import __version__
 from joulie.api.crd import ALL_CRDS, crd_file_name, crd_manifest
 from joulie.logs import configure_logging
 from joulie.process_settings import ProcessSettings
-from joulie.roles import ROLES, UnknownRoleError, load_settings, parse_roles
+from joulie.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
 from joulie.settings import Loaded, describe_value
 
 EXIT_CONFIG = 2
@@ -94,13 +94,22 @@ def _report_problems(loaded: list[Loaded[Any]]) -> bool:
     return True
 
 
-def _config(roles_text: str, output: str) -> int:
+def _load(roles_text: str) -> tuple[list[RoleSpec], list[Loaded[Any]]] | None:
+    """The roles named and their settings from the environment; None (after saying why) for an
+    unknown role."""
     try:
         specs = parse_roles(roles_text)
     except UnknownRoleError as exc:
         print(f"joulie: {exc}", file=sys.stderr)
+        return None
+    return specs, load_settings(specs, os.environ)
+
+
+def _config(roles_text: str, output: str) -> int:
+    found = _load(roles_text)
+    if found is None:
         return EXIT_CONFIG
-    loaded = load_settings(specs, os.environ)
+    _, loaded = found
     rows = []
     for item in loaded:
         settings = item.settings
@@ -131,12 +140,10 @@ def _config(roles_text: str, output: str) -> int:
 
 
 def _run_roles(roles_text: str) -> int:
-    try:
-        specs = parse_roles(roles_text)
-    except UnknownRoleError as exc:
-        print(f"joulie: {exc}", file=sys.stderr)
+    found = _load(roles_text)
+    if found is None:
         return EXIT_CONFIG
-    loaded = load_settings(specs, os.environ)
+    specs, loaded = found
     if _report_problems(loaded):
         return EXIT_CONFIG
     process = loaded[0].settings

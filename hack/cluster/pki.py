@@ -26,6 +26,25 @@ class Pki:
     sa_key: Path
     sa_pub: Path
 
+    @classmethod
+    def at(cls, directory: Path) -> Pki:
+        """The file layout of a PKI kept in ``directory``."""
+        return cls(
+            *(
+                directory / name
+                for name in (
+                    "ca.crt",
+                    "ca.key",
+                    "apiserver.crt",
+                    "apiserver.key",
+                    "admin.crt",
+                    "admin.key",
+                    "sa.key",
+                    "sa.pub",
+                )
+            )
+        )
+
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     path.write_bytes(
@@ -95,21 +114,7 @@ def create_pki(directory: Path) -> Pki:
     """A CA, a serving certificate for 127.0.0.1, an admin client certificate (system:masters)
     and the service-account signing key pair, written into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    pki = Pki(
-        *(
-            directory / n
-            for n in (
-                "ca.crt",
-                "ca.key",
-                "apiserver.crt",
-                "apiserver.key",
-                "admin.crt",
-                "admin.key",
-                "sa.key",
-                "sa.pub",
-            )
-        )
-    )
+    pki = Pki.at(directory)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("joulie-local-ca")
     _write_cert(pki.ca_cert, _issue(ca_name, ca_key, ca_name, ca_key, ca=True))

@@ -112,22 +112,7 @@ class LocalCluster:
 
     @property
     def pki(self) -> Pki:
-        d = self.work_dir / "pki"
-        return Pki(
-            *(
-                d / n
-                for n in (
-                    "ca.crt",
-                    "ca.key",
-                    "apiserver.crt",
-                    "apiserver.key",
-                    "admin.crt",
-                    "admin.key",
-                    "sa.key",
-                    "sa.pub",
-                )
-            )
-        )
+        return Pki.at(self.work_dir / "pki")
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -168,9 +153,16 @@ class LocalCluster:
             self.binaries = bin_dir()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "logs").mkdir(exist_ok=True)
-        create_pki(self.work_dir / "pki")
+        # A work dir that already holds a cluster is restarted with its data (benchmarks keep
+        # 100,000 pods between runs); its certificates must then stay the same.
+        if not self.pki.ca_cert.exists():
+            create_pki(self.work_dir / "pki")
+        state = self.work_dir / "state.json"
+        if state.exists():
+            # etcd remembers its peer URL in its data: a restarted cluster keeps its ports.
+            self.ports = dict(json.loads(state.read_text())["ports"])
         for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "controller-manager", "kwok"):
-            self.ports[name] = free_port()
+            self.ports.setdefault(name, free_port())
         self._write_admin_kubeconfig()
         try:
             self._start(self._etcd(), timeout)
@@ -348,9 +340,9 @@ class LocalCluster:
                 "--profiling=false",
                 "--event-ttl=1h",
                 # ConfigMaps bypass the watch cache, so a test can compact etcd past a watcher's
-            # resourceVersion and see the 410 Gone an informer must recover from.
-            "--watch-cache-sizes=configmaps#0",
-            "--max-requests-inflight=2000",
+                # resourceVersion and see the 410 Gone an informer must recover from.
+                "--watch-cache-sizes=configmaps#0",
+                "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
             ],
             f"{self.server}/readyz",

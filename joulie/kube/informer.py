@@ -139,6 +139,9 @@ class Informer(Generic[T]):
     def values(self) -> list[T]:
         return list(self._store.values())
 
+    def items(self) -> list[tuple[str, T]]:
+        return list(self._store.items())
+
     def __len__(self) -> int:
         return len(self._store)
 
