@@ -252,6 +252,7 @@ class LeaderElector:
                 self._leading_event.clear()
                 if self._work is not None:
                     self._work.cancel()
+                    self._work = None
             self._gauge.set(0)
             self._ready = False
 

@@ -242,3 +242,43 @@ async def test_unreadable_objects_are_skipped_and_logged_once(
     text = out.out + out.err
     # Logged once, although it stayed unreadable across several updates.
     assert text.count(f"object={namespace}/bad ") == 1, text
+
+
+async def test_field_selector_scopes_an_informer_to_one_object(
+    cluster: LocalCluster, admin: KubeClient
+) -> None:
+    """As the agent does: watch only the NodeTwin of its own node, with its own credentials."""
+    twins = "/apis/joulie.io/v1alpha1/nodetwins"
+    for name in ("scoped-a", "scoped-b"):
+        body = {
+            "apiVersion": "joulie.io/v1alpha1",
+            "kind": "NodeTwin",
+            "metadata": {"name": name},
+            "spec": {"nodeName": name, "profile": "eco"},
+        }
+        await admin.request("POST", twins, body=body)
+    async with await KubeClient.from_kubeconfig(str(cluster.role_kubeconfig("agent"))) as agent:
+        informer: Informer[Any] = Informer(
+            agent,
+            twins,
+            lambda raw: raw["spec"]["profile"],
+            field_selector="metadata.name=scoped-a",
+        )
+        running = Running(informer)
+        await informer.wait_synced(10)
+        assert informer.keys() == ["scoped-a"]
+        await admin.request(
+            "PATCH",
+            f"{twins}/scoped-b",
+            body={"spec": {"profile": "performance"}},
+            content_type="application/merge-patch+json",
+        )
+        await admin.request(
+            "PATCH",
+            f"{twins}/scoped-a",
+            body={"spec": {"profile": "performance"}},
+            content_type="application/merge-patch+json",
+        )
+        await eventually(lambda: informer.get("scoped-a") == "performance")
+        assert informer.keys() == ["scoped-a"]
+        await running.stop()

@@ -32,9 +32,8 @@ from joulie.runtime import health_app
 pytestmark = pytest.mark.kube
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
-# Fast timings for the checks whose acceptance numbers do not depend on client-go's defaults.
+# Short timings for processes whose check does not measure client-go's defaults.
 FAST_FLAGS = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5")
-FAST = {"lease_duration": 3.0, "renew_deadline": 1.5, "retry_period": 0.3}
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -319,6 +318,12 @@ async def running(elector: LeaderElector) -> AsyncIterator[asyncio.Event]:
         await asyncio.wait_for(task, timeout=15)
 
 
+def fast_config(name: str, identity: str, **overrides: Any) -> LeaderElectionConfig:
+    """Short timings for the checks whose acceptance numbers do not depend on the defaults."""
+    timings: dict[str, Any] = {"lease_duration": 3, "renew_deadline": 1.5, "retry_period": 0.3}
+    return LeaderElectionConfig(NAMESPACE, name, identity=identity, **(timings | overrides))
+
+
 def micro_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -353,7 +358,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
 
     async with manager_client(cluster) as inner:
         flaky = FlakyClient(inner)
-        config = LeaderElectionConfig(NAMESPACE, lease_name, identity="flaky", **FAST)
+        config = fast_config(lease_name, "flaky")
         elector = LeaderElector(
             flaky,
             config,
@@ -394,7 +399,7 @@ async def test_leader_steps_down_at_once_when_another_holder_appears(
 ) -> None:
     stopped = asyncio.Event()
     async with manager_client(cluster) as client:
-        config = LeaderElectionConfig(NAMESPACE, lease_name, identity="usurped", **FAST)
+        config = fast_config(lease_name, "usurped")
         elector = LeaderElector(client, config, on_stopped_leading=stopped.set)
         async with running(elector):
             await asyncio.wait_for(elector.wait_leading(), timeout=5)
@@ -449,7 +454,7 @@ async def test_expiry_is_judged_by_observed_time_not_renew_time(
 
     clock = FakeClock()
     async with manager_client(cluster) as client:
-        config = LeaderElectionConfig(NAMESPACE, lease_name, identity="observer", **FAST)
+        config = fast_config(lease_name, "observer")
         elector = LeaderElector(client, config, clock=clock)
         async with running(elector):
             await until(elector.is_ready, timeout=5)
@@ -478,12 +483,8 @@ async def test_follower_is_ready_and_reported_by_readyz(
     cluster: LocalCluster, lease_name: str
 ) -> None:
     async with manager_client(cluster) as client:
-        first = LeaderElector(
-            client, LeaderElectionConfig(NAMESPACE, lease_name, identity="one", **FAST)
-        )
-        second = LeaderElector(
-            client, LeaderElectionConfig(NAMESPACE, lease_name, identity="two", **FAST)
-        )
+        first = LeaderElector(client, fast_config(lease_name, "one"))
+        second = LeaderElector(client, fast_config(lease_name, "two"))
         assert not first.is_ready()
         async with running(first):
             await asyncio.wait_for(first.wait_leading(), timeout=5)
@@ -518,7 +519,7 @@ async def test_graceful_stop_stops_the_work_then_releases(
         order.append(f"stopped leading, holder={lease['spec']['holderIdentity']}")
 
     async with manager_client(cluster) as client:
-        config = LeaderElectionConfig(NAMESPACE, lease_name, identity="leaving", **FAST)
+        config = fast_config(lease_name, "leaving")
         elector = LeaderElector(
             client, config, on_started_leading=work, on_stopped_leading=on_stopped
         )
@@ -550,9 +551,7 @@ async def test_lease_is_not_released_while_the_work_keeps_running(
                 await let_go.wait()
 
     async with manager_client(cluster) as client:
-        config = LeaderElectionConfig(
-            NAMESPACE, lease_name, identity="stubborn", release_timeout=0.5, **FAST
-        )
+        config = fast_config(lease_name, "stubborn", release_timeout=0.5)
         elector = LeaderElector(client, config, on_started_leading=stubborn)
         async with running(elector):
             await asyncio.wait_for(elector.wait_leading(), timeout=5)
