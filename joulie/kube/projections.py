@@ -12,12 +12,15 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from joulie.api.gpu import pod_gpu_count
 from joulie.api.quantity import QuantityError, parse_quantity
 
 _intern = sys.intern
+# Most objects carry none of the annotations or labels asked for: let them share one empty map.
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 NODE_ALLOCATABLE_KEEP = ("cpu", "memory", "pods")
 
@@ -55,10 +58,11 @@ class SlimPod:
 
 def _subset(source: Mapping[str, Any] | None, keys: Iterable[str] | None) -> Mapping[str, str]:
     if not source:
-        return {}
+        return _EMPTY
     if keys is None:
         return {_intern(k): str(v) for k, v in source.items()}
-    return {_intern(k): str(source[k]) for k in keys if k in source}
+    kept = {_intern(k): str(source[k]) for k in keys if k in source}
+    return kept or _EMPTY
 
 
 def node_projection(
