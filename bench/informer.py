@@ -125,7 +125,12 @@ def ensure_objects(cluster: LocalCluster, nodes: int, pods: int) -> dict[str, fl
 async def measure_slim(kubeconfig: str, watch_events: int) -> dict[str, Any]:
     from joulie.kube.client import KubeClient
     from joulie.kube.informer import Informer
-    from joulie.kube.projections import node_projection, pod_projection, pods_by_node
+    from joulie.kube.projections import (
+        node_projection,
+        pod_projection,
+        pods_by_annotation_and_phase,
+        pods_by_node,
+    )
 
     baseline = current_rss_mib()
     async with await KubeClient.from_kubeconfig(kubeconfig) as client:
@@ -136,9 +141,7 @@ async def measure_slim(kubeconfig: str, watch_events: int) -> dict[str, Any]:
             pod_projection(annotation_keys=["joulie.io/workload-class"]),
             indexers={
                 "node": pods_by_node,
-                "class-phase": lambda p: [
-                    f"{p.annotations.get('joulie.io/workload-class', 'standard')}/{p.phase}"
-                ],
+                "class-phase": pods_by_annotation_and_phase("joulie.io/workload-class", "standard"),
             },
         )
         stopping = asyncio.Event()

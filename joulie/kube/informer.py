@@ -237,27 +237,34 @@ class Informer(Generic[T]):
             "allowWatchBookmarks": "true",
             "timeoutSeconds": random.randint(*self._watch_timeout),
         }
+        applied = 0
         try:
             async for event in self._client.watch(
                 self._path, params=params, idle_timeout=self._idle_timeout
             ):
                 self._apply(event)
+                applied += 1
         except MalformedEvent as exc:
             # The stream can no longer be trusted to be in sync; resume from the last good
             # resourceVersion rather than guessing.
             metrics.MALFORMED.labels(self.resource).inc()
             self._log.warning("malformed watch line, resuming", line=exc.text[:200])
-            metrics.WATCH_RESTARTS.labels(self.resource, "malformed").inc()
-            return
+            reason = "malformed"
         except ApiError as exc:
             if exc.gone:
                 raise _Relist from exc
             raise
         except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
-            metrics.WATCH_RESTARTS.labels(self.resource, "idle").inc()
-            return
-        metrics.WATCH_RESTARTS.labels(self.resource, "timeout").inc()
-        self._backoff.reset()
+            reason = "disconnected"
+        else:
+            reason = "timeout"
+        metrics.WATCH_RESTARTS.labels(self.resource, reason).inc()
+        if applied or reason == "timeout":
+            self._backoff.reset()
+        else:
+            # A stream that ends before delivering anything (a server that drops connections
+            # at once, a line it cannot stop sending) must not become a tight reconnect loop.
+            await asyncio.sleep(self._backoff.next_delay())
 
     # --- store updates ---------------------------------------------------------------------
 

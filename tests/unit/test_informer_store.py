@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from joulie.kube.informer import Handlers, Informer
-from joulie.kube.projections import SlimPod, pod_projection, pods_by_node
+from joulie.kube.projections import (
+    SlimPod,
+    pod_projection,
+    pods_by_annotation_and_phase,
+    pods_by_node,
+)
 
 
 def pod(
@@ -38,9 +43,7 @@ def make() -> tuple[Informer[SlimPod], list[tuple[str, str]]]:
         pod_projection(annotation_keys=["joulie.io/workload-class"]),
         indexers={
             "node": pods_by_node,
-            "class-phase": lambda p: [
-                f"{p.annotations.get('joulie.io/workload-class', 'standard')}/{p.phase}"
-            ],
+            "class-phase": pods_by_annotation_and_phase("joulie.io/workload-class", "standard"),
         },
     )
     seen: list[tuple[str, str]] = []
