@@ -71,7 +71,7 @@ def health_app(
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        lines = [f"{r.name}: {'ready' if r.is_ready() else 'not ready'}" for r in roles]
+        lines = [f"{r.name}: {'ready' if r.is_ready() else 'not ready'}{_detail(r)}" for r in roles]
         ok = not stopping.is_set() and all(r.is_ready() for r in roles)
         if stopping.is_set():
             lines.append("process: shutting down")
@@ -82,6 +82,12 @@ def health_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     return app
+
+
+def _detail(role: Role) -> str:
+    """A role may say more than ready/not ready (the leader elector says who leads)."""
+    status = getattr(role, "status", None)
+    return f" ({status()})" if callable(status) else ""
 
 
 async def serve(

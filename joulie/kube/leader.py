@@ -217,6 +217,14 @@ class LeaderElector:
         """Ready once the elector knows whether it leads or follows."""
         return self._ready
 
+    def status(self) -> str:
+        """What ``/readyz`` shows beside readiness: who leads."""
+        if self.is_leader:
+            return "leader"
+        if not self._ready:
+            return "electing"
+        return f"follower, leader {self._holder or '(none)'}"
+
     async def wait_leading(self) -> None:
         """Return once this process leads (at once if it already does)."""
         await self._leading_event.wait()

@@ -496,7 +496,9 @@ async def test_follower_is_ready_and_reported_by_readyz(
                 async with TestClient(TestServer(app)) as http:
                     response = await http.get("/readyz")
                     assert response.status == 200
-                    assert "leader-election: ready" in await response.text()
+                    text = await response.text()
+                    assert "leader-election: ready (leader)" in text
+                    assert "leader-election: ready (follower, leader one)" in text
         assert not first.is_ready()
 
 
