@@ -13,6 +13,7 @@ from joulie.manager.settings import ManagerSettings
 from joulie.process_settings import ProcessSettings
 from joulie.runtime import Role
 from joulie.settings import EnvSettings, Loaded
+from joulie.sim.settings import SimulatorSettings
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ ROLES: Mapping[str, RoleSpec] = {
             "extender",
             "scheduler extender: filter, prioritize and preempt for kube-scheduler",
             ExtenderSettings,
+        ),
+        RoleSpec(
+            "simulator",
+            "telemetry/control service standing in for the hardware of KWOK nodes",
+            SimulatorSettings,
+            implementation="joulie.sim.service:build",
         ),
     )
 }

@@ -54,5 +54,10 @@ DEFAULT_GPU_PRODUCT_LABEL_KEYS: Final = (
     "amd.com/gpu.family",
 )
 
+# Pod annotations the simulator reads: the share (0-1) of the pod's requested CPUs / GPUs that
+# its work keeps busy. Without them a running pod keeps all it requested busy.
+SIM_CPU_UTILIZATION_ANNOTATION: Final = "joulie.io/sim-cpu-utilization"
+SIM_GPU_UTILIZATION_ANNOTATION: Final = "joulie.io/sim-gpu-utilization"
+
 # NodeTwin condition written by the controller manager.
 AGENT_REPORTING_CONDITION: Final = "AgentReporting"

@@ -84,7 +84,7 @@ def role_client(cluster: LocalCluster, role: str) -> httpx.Client:
     )
 
 
-@pytest.mark.parametrize("role", ["manager", "agent", "extender"])
+@pytest.mark.parametrize("role", ["manager", "agent", "extender", "simulator"])
 def test_access_matrix_matches_the_manifests(cluster: LocalCluster, role: str) -> None:
     expected = granted(role)
     assert expected, f"no rules parsed for {role}"

@@ -1,0 +1,1 @@
+"""Pure decision logic: no I/O, no asyncio, no clock reads."""

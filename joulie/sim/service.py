@@ -1,0 +1,248 @@
+"""The simulator role: a telemetry/control HTTP service standing in for KWOK nodes' hardware.
+
+It watches Nodes and running Pods through informers, keeps a ``Simulation`` of every selected
+node, and serves the telemetry/control contract (``joulie.api.telemetry``) plus Prometheus
+metrics computed at scrape time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import ValidationError
+
+from joulie.api import keys
+from joulie.api.telemetry import ControlRequest
+from joulie.kube.client import KubeClient
+from joulie.kube.informer import Handlers, Informer
+from joulie.kube.projections import (
+    SlimNode,
+    SlimPod,
+    node_projection,
+    pod_projection,
+    pods_by_node,
+)
+from joulie.settings import split_address
+from joulie.sim.catalog import Catalog
+from joulie.sim.settings import SimulatorSettings
+from joulie.sim.simulation import Simulation, UnknownNode
+
+log = structlog.get_logger("joulie.simulator")
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class SimClock:
+    """Simulated seconds since start: wall-clock time scaled by SIM_TIME_SCALE."""
+
+    def __init__(self, scale: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._scale = scale
+        self._monotonic = monotonic
+        self._start = monotonic()
+
+    def __call__(self) -> float:
+        return (self._monotonic() - self._start) * self._scale
+
+
+class SimulationCollector(Collector):
+    """Per-node power and energy, cluster IT power and facility figures, at scrape time."""
+
+    def __init__(self, sim: Simulation, clock: Callable[[], float]) -> None:
+        self._sim = sim
+        self._clock = clock
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        it_power = self._sim.advance_all(self._clock())
+        power = GaugeMetricFamily(
+            "joulie_sim_node_power_watts", "Simulated node power", labels=["node"]
+        )
+        cpu = GaugeMetricFamily(
+            "joulie_sim_node_cpu_power_watts", "Simulated CPU package power", labels=["node"]
+        )
+        gpu = GaugeMetricFamily(
+            "joulie_sim_node_gpu_power_watts",
+            "Simulated power of all GPUs of the node",
+            labels=["node"],
+        )
+        energy = CounterMetricFamily(
+            "joulie_sim_node_energy_joules", "Simulated energy used by the node", labels=["node"]
+        )
+        for name, node in self._sim.nodes.items():
+            state = node.state
+            gpu_w = state.gpu_w_per_gpu * node.hardware.gpu_count
+            power.add_metric([name], state.cpu_w + gpu_w)
+            cpu.add_metric([name], state.cpu_w)
+            gpu.add_metric([name], gpu_w)
+            energy.add_metric([name], state.cpu_energy_j + state.gpu_energy_j)
+        yield from (power, cpu, gpu, energy)
+        pue, cooling = self._sim.facility(it_power)
+        yield GaugeMetricFamily(
+            "joulie_sim_cluster_it_power_watts", "Simulated IT power of all nodes", value=it_power
+        )
+        yield GaugeMetricFamily(
+            "joulie_sim_facility_ambient_celsius",
+            "Facility ambient temperature",
+            value=self._sim.ambient_c,
+        )
+        yield GaugeMetricFamily(
+            "joulie_sim_facility_cooling_power_watts", "Simulated cooling power", value=cooling
+        )
+        yield GaugeMetricFamily("joulie_sim_facility_pue", "Simulated PUE", value=pue)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def simulator_app(
+    sim: Simulation, clock: Callable[[], float], registry: CollectorRegistry
+) -> web.Application:
+    async def telemetry(request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        try:
+            report = sim.report(name, clock(), datetime.now(UTC))
+        except UnknownNode:
+            return _error(404, f"unknown node {name!r}")
+        return web.json_response(report.to_wire())
+
+    async def control(request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        if name not in sim.nodes:
+            return _error(404, f"unknown node {name!r}")
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _error(400, f"body is not JSON: {exc}")
+        try:
+            parsed = ControlRequest.model_validate(body)
+        except ValidationError as exc:
+            reasons = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            return _error(400, f"invalid control request: {reasons}")
+        response = sim.control(name, parsed, clock())
+        return web.json_response(response.to_wire())
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_get("/telemetry/{node}", telemetry)
+    app.router.add_post("/control/{node}", control)
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    return app
+
+
+class SimulatorRole:
+    name = "simulator"
+
+    def __init__(
+        self,
+        settings: SimulatorSettings,
+        registry: CollectorRegistry = REGISTRY,
+        client: KubeClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self._registry = registry
+        self._client = client
+        self._ready = False
+        self.port: int | None = None
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        settings = self.settings
+        catalog = Catalog.load(settings.hardware_catalog_path or None)
+        client = self._client or await KubeClient.connect()
+        clock = SimClock(settings.sim_time_scale)
+        nodes: Informer[SlimNode] = Informer(
+            client,
+            "/api/v1/nodes",
+            node_projection(
+                annotation_keys=[keys.HW_CPU_MODEL_ANNOTATION, keys.HW_GPU_MODEL_ANNOTATION]
+            ),
+            label_selector=settings.sim_node_selector or None,
+        )
+        # Only running pods draw power; a pod that stops running leaves this view.
+        pods: Informer[SlimPod] = Informer(
+            client,
+            "/api/v1/pods",
+            pod_projection(
+                annotation_keys=[
+                    keys.SIM_CPU_UTILIZATION_ANNOTATION,
+                    keys.SIM_GPU_UTILIZATION_ANNOTATION,
+                ]
+            ),
+            field_selector="status.phase=Running",
+            indexers={"node": pods_by_node},
+        )
+        sim = Simulation(
+            catalog,
+            lambda node: pods.by_index("node", node),
+            settle_s=settings.sim_power_settle,
+            ambient_c=settings.sim_ambient_c,
+        )
+        nodes.add_handlers(
+            Handlers(
+                on_add=lambda n: sim.upsert_node(n, clock()),
+                on_update=lambda _, n: sim.upsert_node(n, clock()),
+                on_delete=lambda n: sim.remove_node(n.name),
+            )
+        )
+
+        def pod_changed(pod: SlimPod) -> None:
+            if pod.node_name:
+                sim.pods_changed(pod.node_name, clock())
+
+        def pod_moved(old: SlimPod, new: SlimPod) -> None:
+            pod_changed(old)
+            if new.node_name != old.node_name:
+                pod_changed(new)
+
+        pods.add_handlers(Handlers(on_add=pod_changed, on_update=pod_moved, on_delete=pod_changed))
+        collector = SimulationCollector(sim, clock)
+        self._registry.register(collector)
+        runner = web.AppRunner(simulator_app(sim, clock, self._registry), access_log=None)
+        await runner.setup()
+        host, port = split_address(settings.sim_addr)
+        site = web.TCPSite(runner, host or None, port)
+        tasks = [asyncio.create_task(i.run(stopping)) for i in (nodes, pods)]
+        try:
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            synced = asyncio.ensure_future(self._synced(pods, nodes))
+            stop = asyncio.create_task(stopping.wait())
+            await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
+            if synced.done():
+                self._ready = True
+                log.info("serving", address=settings.sim_addr, nodes=len(sim.nodes))
+            else:
+                synced.cancel()
+            await stop
+        finally:
+            self._ready = False
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await runner.cleanup()
+            self._registry.unregister(collector)
+            if self._client is None:
+                await client.close()
+
+    @staticmethod
+    async def _synced(*informers: Informer[Any]) -> None:
+        for informer in informers:
+            await informer.wait_synced()
+
+
+def build(settings: SimulatorSettings) -> SimulatorRole:
+    return SimulatorRole(settings)

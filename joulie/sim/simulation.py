@@ -1,0 +1,359 @@
+"""Simulated hardware for KWOK nodes: each node's power state, advanced in simulated time.
+
+No I/O here: the service feeds node and pod changes in and asks for telemetry at a time it
+passes. A node's load changes only at the moments its pods change, and before each change the
+node is advanced to that moment with the load it had, so energy is integrated piecewise exactly
+and the same sequence of events gives the same numbers however fast the wall clock runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from joulie.api import keys
+from joulie.api.enums import ControlResult
+from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.api.telemetry import (
+    AppliedControls,
+    ControlRequest,
+    ControlResponse,
+    EnergyCounters,
+    HardwareSummary,
+    Outcome,
+    PowerReading,
+    Speed,
+    TelemetryReport,
+    Utilisation,
+)
+from joulie.core.power_model import (
+    Controls,
+    CpuPowerSpec,
+    GpuPowerSpec,
+    Load,
+    NodePowerSpec,
+    NodePowerState,
+    advance,
+    facility,
+    initial_state,
+    steady_state,
+)
+from joulie.kube.projections import SlimNode, SlimPod
+from joulie.sim.catalog import Catalog
+
+# Nodes whose CPU or GPU the catalog does not know get generic parts, so they still draw
+# plausible power instead of none (which would make them look like the emptiest nodes).
+GENERIC_CPU_IDLE_W = 50.0
+GENERIC_CPU_MAX_W = 250.0
+GENERIC_GPU = (30.0, 300.0, 100.0, 0.6)  # idle, max, min cap (W per GPU), speed exponent
+# Package caps below half of TDP are rarely accepted by firmware; use that as the floor.
+CPU_MIN_CAP_FRACTION = 0.5
+
+
+def _label_int(node: SlimNode, key: str, default: int) -> int:
+    try:
+        return max(int(node.labels.get(key, default)), 0)
+    except ValueError:
+        return default
+
+
+def _gpu_count(node: SlimNode) -> int:
+    labelled = _label_int(node, keys.HW_GPU_COUNT_LABEL, -1)
+    if labelled >= 0:
+        return labelled
+    total = 0
+    for resource, value in node.allocatable.items():
+        if resource.endswith("/gpu"):
+            try:
+                total += int(parse_quantity(value))
+            except QuantityError:
+                continue
+    return total
+
+
+def _cores(node: SlimNode) -> float:
+    try:
+        return max(float(parse_quantity(node.allocatable.get("cpu", "1"))), 1.0)
+    except QuantityError:
+        return 1.0
+
+
+def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, HardwareSummary]:
+    """The power spec of a node from its hardware labels and annotations, via the catalog."""
+    sockets = max(_label_int(node, keys.HW_CPU_SOCKETS_LABEL, 1), 1)
+    cpu_raw = (
+        node.annotations.get(keys.HW_CPU_MODEL_ANNOTATION)
+        or node.labels.get(keys.HW_CPU_MODEL_LABEL)
+        or node.labels.get(keys.NFD_CPU_MODEL_LABEL)
+    )
+    cpu_match = catalog.match_cpu(cpu_raw)
+    if cpu_match.key is not None:
+        c = catalog.cpu(cpu_match.key)
+        cpu = CpuPowerSpec(
+            sockets=sockets,
+            idle_w=c.idle_w,
+            max_w=c.tdp_w,
+            min_cap_w=c.tdp_w * CPU_MIN_CAP_FRACTION,
+            curve=c.curve,
+            nominal_ghz=c.base_ghz,
+            boost_ghz=c.boost_ghz,
+        )
+    else:
+        cpu = CpuPowerSpec(
+            sockets=sockets,
+            idle_w=GENERIC_CPU_IDLE_W,
+            max_w=GENERIC_CPU_MAX_W,
+            min_cap_w=GENERIC_CPU_MAX_W * CPU_MIN_CAP_FRACTION,
+        )
+    gpu_count = _gpu_count(node)
+    gpu: GpuPowerSpec | None = None
+    gpu_key: str | None = None
+    if gpu_count > 0:
+        gpu_raw = (
+            node.annotations.get(keys.HW_GPU_MODEL_ANNOTATION)
+            or node.labels.get(keys.HW_GPU_MODEL_LABEL)
+            or node.labels.get(keys.GPU_PRODUCT_LABEL)
+        )
+        gpu_match = catalog.match_gpu(gpu_raw)
+        gpu_key = gpu_match.key or gpu_raw
+        if gpu_match.key is not None:
+            g = catalog.gpu(gpu_match.key)
+            gpu = GpuPowerSpec(
+                count=gpu_count,
+                idle_w=g.idle_w,
+                max_w=g.max_w,
+                min_cap_w=g.min_w,
+                speed_exponent=g.speed_exponent,
+            )
+        else:
+            idle, peak, floor, exponent = GENERIC_GPU
+            gpu = GpuPowerSpec(
+                count=gpu_count, idle_w=idle, max_w=peak, min_cap_w=floor, speed_exponent=exponent
+            )
+    summary = HardwareSummary(
+        cpu_model=cpu_match.key or cpu_raw,
+        sockets=sockets,
+        gpu_model=gpu_key,
+        gpu_count=gpu_count,
+        cpu_max_w=cpu.max_w * sockets,
+        gpu_max_w_per_gpu=gpu.max_w if gpu else 0.0,
+    )
+    return NodePowerSpec(cpu=cpu, gpu=gpu), summary
+
+
+def _fraction(pod: SlimPod, key: str) -> float:
+    try:
+        value = float(pod.annotations.get(key, "1"))
+    except ValueError:
+        return 1.0
+    return min(max(value, 0.0), 1.0) if value == value else 1.0
+
+
+def node_load(pods: Iterable[SlimPod], cores: float, gpu_count: int) -> Load:
+    """Demanded utilisation from the running pods bound to a node."""
+    cpu = 0.0
+    gpu = 0.0
+    for pod in pods:
+        cpu += pod.cpu_millis / 1000 * _fraction(pod, keys.SIM_CPU_UTILIZATION_ANNOTATION)
+        gpu += pod.gpus * _fraction(pod, keys.SIM_GPU_UTILIZATION_ANNOTATION)
+    return Load(
+        cpu_util=min(cpu / cores, 1.0),
+        gpu_util=min(gpu / gpu_count, 1.0) if gpu_count else 0.0,
+    )
+
+
+@dataclass
+class SimNode:
+    name: str
+    spec: NodePowerSpec
+    hardware: HardwareSummary
+    cores: float
+    controls: Controls
+    state: NodePowerState
+    load: Load
+
+
+class UnknownNode(KeyError):
+    pass
+
+
+class Simulation:
+    def __init__(
+        self,
+        catalog: Catalog,
+        pods_of: Callable[[str], Iterable[SlimPod]],
+        settle_s: float = 2.0,
+        ambient_c: float = 22.0,
+    ) -> None:
+        self._catalog = catalog
+        self._pods_of = pods_of
+        self._settle_s = settle_s
+        self.ambient_c = ambient_c
+        self.nodes: dict[str, SimNode] = {}
+        self.peak_it_power_w = 0.0
+
+    # --- changes -------------------------------------------------------------------------
+
+    def upsert_node(self, node: SlimNode, t: float) -> None:
+        spec, hardware = node_spec(node, self._catalog)
+        current = self.nodes.get(node.name)
+        if current is None:
+            sim = SimNode(
+                node.name, spec, hardware, _cores(node), Controls(), initial_state(spec, t), Load()
+            )
+            self.nodes[node.name] = sim
+            self._reload(sim, t)
+            return
+        self._advance(current, t)
+        current.spec, current.hardware, current.cores = spec, hardware, _cores(node)
+        self._reload(current, t)
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def pods_changed(self, node_name: str, t: float) -> None:
+        """A pod on ``node_name`` started, stopped or changed: the load changes from ``t``."""
+        sim = self.nodes.get(node_name)
+        if sim is not None:
+            self._advance(sim, t)
+            self._reload(sim, t)
+
+    def _reload(self, sim: SimNode, t: float) -> None:
+        del t  # the node was advanced to t already; the new load applies from here on
+        sim.load = node_load(self._pods_of(sim.name), sim.cores, sim.hardware.gpu_count)
+
+    def _advance(self, sim: SimNode, t: float) -> None:
+        sim.state = advance(sim.spec, sim.state, sim.load, sim.controls, t, self._settle_s)
+
+    def advance_all(self, t: float) -> float:
+        """Advance every node to ``t``; returns the cluster IT power."""
+        total = 0.0
+        for sim in self.nodes.values():
+            self._advance(sim, t)
+            total += sim.state.node_w
+        self.peak_it_power_w = max(self.peak_it_power_w, total)
+        return total
+
+    def facility(self, it_power_w: float) -> tuple[float, float]:
+        return facility(self.ambient_c, it_power_w, max(self.peak_it_power_w, it_power_w))
+
+    # --- requests ------------------------------------------------------------------------
+
+    def get(self, name: str) -> SimNode:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise UnknownNode(name) from None
+
+    def report(self, name: str, t: float, now: datetime) -> TelemetryReport:
+        sim = self.get(name)
+        self._advance(sim, t)
+        state = sim.state
+        gpu_count = sim.hardware.gpu_count
+        steady = steady_state(sim.spec, sim.load, sim.controls)
+        gpu_total = state.gpu_w_per_gpu * gpu_count
+        return TelemetryReport(
+            node=name,
+            timestamp=now,
+            sim_time_s=max(t, 0.0),
+            power=PowerReading(
+                node_w=state.cpu_w + gpu_total,
+                cpu_package_w=state.cpu_w,
+                gpu_total_w=gpu_total,
+                gpu_per_gpu_w=state.gpu_w_per_gpu,
+            ),
+            energy=EnergyCounters(
+                node_joules=state.cpu_energy_j + state.gpu_energy_j,
+                cpu_joules=state.cpu_energy_j,
+                gpu_joules=state.gpu_energy_j,
+            ),
+            utilization=Utilisation(cpu=sim.load.cpu_util, gpu=sim.load.gpu_util),
+            speed=Speed(cpu=steady.cpu_speed, gpu=steady.gpu_speed),
+            controls=applied(sim.controls),
+            hardware=sim.hardware,
+        )
+
+    def control(self, name: str, request: ControlRequest, t: float) -> ControlResponse:
+        sim = self.get(name)
+        self._advance(sim, t)
+        controls = sim.controls
+        response = ControlResponse(node=name, controls=applied(controls))
+        cpu_max = sim.spec.cpu.max_w * sim.spec.cpu.sockets
+        cpu_min = sim.spec.cpu.min_cap_w * sim.spec.cpu.sockets
+        if request.cpu is not None:
+            c = request.cpu
+            watts = c.cap_watts
+            if watts is None and c.cap_pct_of_max is not None:
+                watts = cpu_max * c.cap_pct_of_max / 100
+            if c.clear_cap:
+                controls = replace(controls, cpu_cap_w=None)
+                response.cpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+            elif watts is not None:
+                capped = min(max(watts, cpu_min), cpu_max)
+                controls = replace(controls, cpu_cap_w=capped)
+                response.cpu_cap = Outcome(
+                    result=ControlResult.APPLIED,
+                    message=_clamp_note(watts, capped, "CPU package cap"),
+                )
+            if c.clear_preset:
+                controls = replace(controls, cpu_preset=None)
+                response.cpu_governor = Outcome(result=ControlResult.RESTORED)
+            elif c.preset is not None:
+                controls = replace(controls, cpu_preset=c.preset.value)
+                response.cpu_governor = Outcome(
+                    result=ControlResult.APPLIED, message=f"preset {c.preset.value}"
+                )
+        if request.gpu is not None:
+            gpu = sim.spec.gpu
+            g = request.gpu
+            if gpu is None:
+                note = "this node has no GPU"
+                if g.clear_cap or g.cap_watts_per_gpu is not None or g.cap_pct_of_max is not None:
+                    response.gpu_cap = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+                if g.clear_preset or g.preset is not None:
+                    response.gpu_governor = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+            else:
+                watts = g.cap_watts_per_gpu
+                if watts is None and g.cap_pct_of_max is not None:
+                    watts = gpu.max_w * g.cap_pct_of_max / 100
+                if g.clear_cap:
+                    controls = replace(controls, gpu_cap_w=None)
+                    response.gpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+                elif watts is not None:
+                    capped = min(max(watts, gpu.min_cap_w), gpu.max_w)
+                    controls = replace(controls, gpu_cap_w=capped)
+                    response.gpu_cap = Outcome(
+                        result=ControlResult.APPLIED, message=_clamp_note(watts, capped, "GPU cap")
+                    )
+                if g.clear_preset:
+                    controls = replace(controls, gpu_preset=None, gpu_clock_ceiling_pct=None)
+                    response.gpu_governor = Outcome(result=ControlResult.RESTORED)
+                elif g.preset is not None:
+                    controls = replace(
+                        controls,
+                        gpu_preset=g.preset.value,
+                        gpu_clock_ceiling_pct=g.clock_ceiling_pct_of_max,
+                    )
+                    response.gpu_governor = Outcome(
+                        result=ControlResult.APPLIED, message=f"preset {g.preset.value}"
+                    )
+        sim.controls = controls
+        response.controls = applied(controls)
+        return response
+
+
+def applied(controls: Controls) -> AppliedControls:
+    return AppliedControls(
+        cpu_cap_watts=controls.cpu_cap_w,
+        cpu_preset=controls.cpu_preset,
+        gpu_cap_watts_per_gpu=controls.gpu_cap_w,
+        gpu_preset=controls.gpu_preset,
+        gpu_clock_ceiling_pct_of_max=controls.gpu_clock_ceiling_pct,
+    )
+
+
+def _clamp_note(asked: float, got: float, what: str) -> str:
+    if abs(asked - got) < 1e-9:
+        return f"{what} {got:.0f} W"
+    return f"{what} {asked:.0f} W clamped to the device range: {got:.0f} W"
