@@ -16,9 +16,11 @@ Three rules shape every formula here, because the upstream simulator broke them:
 
 CPU (per socket; the node has ``sockets`` identical sockets sharing the load and the cap evenly)::
 
-    P(u, f) = idle + (max - idle) * shape(u) * f ** CLOCK_POWER_EXPONENT
-    shape(u) = u ** CPU_UTIL_EXPONENT                  (analytic)
-             = (curve(100 u) - curve(0)) / (curve(100) - curve(0))   (measured curve)
+    P(u, f) = idle + (full - idle) * shape(u) * f ** CLOCK_POWER_EXPONENT
+    analytic:  full = max_w,       shape(u) = u ** CPU_UTIL_EXPONENT
+    measured:  full = curve(100),  shape(u) = (curve(100 u) - curve(0)) / (full - curve(0))
+
+so at the boost clock a measured curve is reproduced exactly (linear interpolation).
 
 ``u`` is the demanded utilisation: the share of the CPU the running work keeps busy (a batch
 view: a slower clock makes that work slower rather than spreading it over more cores), so the
@@ -131,11 +133,11 @@ def _require_watt_range(owner: str, idle_w: float, max_w: float, min_cap_w: floa
 class CpuPowerSpec:
     """Power behaviour of the CPU packages of one node; watts are per socket.
 
-    ``curve`` is a measured (load %, watts per socket) table. Its shape is used between ``idle_w``
-    and ``max_w``: a curve whose end points equal ``idle_w`` and ``max_w`` is reproduced exactly
-    (linear interpolation, clamped at its ends); one that does not is rescaled onto them, which is
-    how a proxy part borrows a measured sibling's curve. :meth:`from_curve` takes both ends from
-    the curve.
+    ``curve`` is a measured (load %, watts per socket) table, used as measured: power at a load is
+    the linear interpolation of the table (clamped at its ends). Its value at 0 % must be
+    ``idle_w``; its full-load value may sit below ``max_w``, which then only bounds the caps the
+    hardware accepts (measured wall power and TDP rarely agree). :meth:`from_curve` takes both
+    from the curve.
     """
 
     sockets: int
@@ -166,7 +168,24 @@ class CpuPowerSpec:
                     f"{owner}: min_ghz ({self.min_ghz}) must not exceed "
                     f"nominal_ghz ({self.nominal_ghz})"
                 )
-        object.__setattr__(self, "curve", _validated_curve(self.curve))
+        curve = _validated_curve(self.curve)
+        object.__setattr__(self, "curve", curve)
+        if curve:
+            start = _interp(curve, 0.0)
+            # A mismatch would either hide idle power or let a preset change it (a managed-idle
+            # bonus), so the two descriptions of idle must agree (to rounding of a socket split).
+            if not math.isclose(start, self.idle_w, rel_tol=1e-6, abs_tol=1e-9):
+                raise ValueError(
+                    f"{owner}: curve at 0 % load ({start} W) must equal idle_w ({self.idle_w} W)"
+                )
+            top = _interp(curve, 100.0)
+            if top <= self.idle_w:
+                raise ValueError(f"{owner}: curve must rise above idle_w ({self.idle_w} W)")
+            if top > self.max_w:
+                raise ValueError(
+                    f"{owner}: curve at 100 % load ({top} W) exceeds max_w ({self.max_w} W); "
+                    "max_w is the top of the cap range and must cover the uncapped draw"
+                )
 
     @classmethod
     def from_curve(
@@ -194,6 +213,11 @@ class CpuPowerSpec:
         )
 
     @property
+    def full_load_w(self) -> float:
+        """Uncapped power per socket at 100 % load and the boost clock."""
+        return _interp(self.curve, 100.0) if self.curve else self.max_w
+
+    @property
     def min_clock_ratio(self) -> float:
         """Lowest DVFS clock relative to boost."""
         if self.min_ghz is not None:
@@ -205,9 +229,10 @@ class CpuPowerSpec:
         u = _unit(util)
         if not self.curve:
             return math.pow(u, CPU_UTIL_EXPONENT)
+        # Normalised by the curve's own end points, so idle is exactly 0 and full load exactly 1
+        # even where idle_w differs from the first point by the rounding the check allows.
         low = _interp(self.curve, 0.0)
-        high = _interp(self.curve, 100.0)
-        return (_interp(self.curve, 100.0 * u) - low) / (high - low)
+        return (_interp(self.curve, 100.0 * u) - low) / (self.full_load_w - low)
 
 
 def _validated_curve(curve: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
@@ -226,10 +251,10 @@ def _validated_curve(curve: tuple[tuple[float, float], ...]) -> tuple[tuple[floa
         if points and watts < points[-1][1]:
             raise ValueError("CpuPowerSpec.curve watts must not decrease with load")
         points.append((load, watts))
-    if points and points[-1][1] <= points[0][1]:
-        raise ValueError("CpuPowerSpec.curve must rise between its first and last point")
     if len(points) == 1:
         raise ValueError("CpuPowerSpec.curve needs at least two points")
+    if points and points[-1][1] <= points[0][1]:
+        raise ValueError("CpuPowerSpec.curve must rise between its first and last point")
     return tuple(points)
 
 
@@ -397,11 +422,16 @@ def gpu_clock_ratio(spec: GpuPowerSpec, preset: str | None, ceiling_pct: float |
     return 1.0
 
 
+def _cpu_socket_cap_w(spec: CpuPowerSpec, controls: Controls) -> float:
+    # The node-wide cap is split evenly: the model treats the sockets as sharing the load evenly.
+    if controls.cpu_cap_w is None:
+        return spec.max_w
+    return min(spec.max_w, max(spec.min_cap_w, controls.cpu_cap_w / spec.sockets))
+
+
 def effective_cpu_cap_w(spec: CpuPowerSpec, controls: Controls) -> float:
     """Node-wide CPU cap the hardware enforces: the requested one clamped to its range."""
-    if controls.cpu_cap_w is None:
-        return spec.max_w * spec.sockets
-    return min(spec.max_w, max(spec.min_cap_w, controls.cpu_cap_w / spec.sockets)) * spec.sockets
+    return _cpu_socket_cap_w(spec, controls) * spec.sockets
 
 
 def effective_gpu_cap_w(spec: GpuPowerSpec, controls: Controls) -> float:
@@ -411,22 +441,28 @@ def effective_gpu_cap_w(spec: GpuPowerSpec, controls: Controls) -> float:
     return min(spec.max_w, max(spec.min_cap_w, controls.gpu_cap_w))
 
 
+# Both solvers below compare shares of the dynamic range (0 at idle, 1 at max_w) rather than
+# watts: an uncapped part at full load then sits exactly at share 1.0 and is never mistaken for a
+# capped one by a rounding error in the last bit.
+
+
 def _cpu_steady(spec: CpuPowerSpec, util: float, controls: Controls) -> tuple[float, float, bool]:
     """(node CPU watts, speed, cap binding)."""
+    span = spec.full_load_w - spec.idle_w
     f_ceiling = cpu_clock_ratio(spec, controls.cpu_preset)
-    dynamic = (spec.max_w - spec.idle_w) * spec.shape(util)
-    demanded = spec.idle_w + dynamic * math.pow(f_ceiling, CLOCK_POWER_EXPONENT)
-    cap = effective_cpu_cap_w(spec, controls) / spec.sockets
-    if dynamic <= 0.0 or demanded <= cap:
-        return demanded * spec.sockets, f_ceiling, False
-    # Invert the curve: the share of the full-clock dynamic power the cap leaves for work.
-    # cap > idle (validated), so the share is positive and the work never stops.
-    share = (cap - spec.idle_w) / dynamic
-    f = math.pow(share, 1.0 / CLOCK_POWER_EXPONENT)
+    shape = spec.shape(util)
+    demanded = shape * math.pow(f_ceiling, CLOCK_POWER_EXPONENT)
+    cap = _cpu_socket_cap_w(spec, controls)
+    allowed = (cap - spec.idle_w) / span  # above 1 when the cap exceeds the full-load draw
+    if demanded <= allowed:
+        return (spec.idle_w + span * demanded) * spec.sockets, f_ceiling, False
+    # Invert the curve: the clock whose power at this load meets the cap. cap > idle
+    # (validated), so allowed > 0 and the work never stops.
+    f = math.pow(allowed / shape, 1.0 / CLOCK_POWER_EXPONENT)
     f_min = spec.min_clock_ratio
     if f < f_min:
         # Below the lowest clock the package duty-cycles at f_min: power and speed fall together.
-        duty = share / math.pow(f_min, CLOCK_POWER_EXPONENT)
+        duty = allowed / (shape * math.pow(f_min, CLOCK_POWER_EXPONENT))
         return cap * spec.sockets, f_min * duty, True
     return cap * spec.sockets, f, True
 
@@ -434,16 +470,17 @@ def _cpu_steady(spec: CpuPowerSpec, util: float, controls: Controls) -> tuple[fl
 def _gpu_steady(spec: GpuPowerSpec, util: float, controls: Controls) -> tuple[float, float, bool]:
     """(watts per GPU, speed, cap binding)."""
     preset = None if controls.gpu_preset is None else GpuGovernorPreset(controls.gpu_preset)
-    held = GPU_HELD_IDLE_FRACTION.get(preset, 0.0) if preset is not None else 0.0
+    held = 0.0 if preset is None else GPU_HELD_IDLE_FRACTION.get(preset, 0.0)
     idle = spec.idle_w + held * (spec.max_w - spec.idle_w)
+    span = spec.max_w - idle
     clock = gpu_clock_ratio(spec, controls.gpu_preset, controls.gpu_clock_ceiling_pct)
-    dynamic = math.pow(util, spec.util_exponent) * math.pow(clock, CLOCK_POWER_EXPONENT)
-    demanded = idle + (spec.max_w - idle) * dynamic
+    demanded = math.pow(util, spec.util_exponent) * math.pow(clock, CLOCK_POWER_EXPONENT)
     cap = effective_gpu_cap_w(spec, controls)
-    if demanded <= cap:
-        return demanded, clock, False
-    # The power limiter lowers clocks until the board meets the cap; cap > idle (validated).
-    return cap, clock * math.pow(cap / demanded, spec.speed_exponent), True
+    if demanded <= (cap - idle) / span:
+        return idle + span * demanded, clock, False
+    # The power limiter lowers clocks until the board meets the cap; cap > idle_w (validated),
+    # though it may sit below the raised idle of a held-clock preset, which it then pulls down.
+    return cap, clock * math.pow(cap / (idle + span * demanded), spec.speed_exponent), True
 
 
 def steady_state(spec: NodePowerSpec, load: Load, controls: Controls) -> Steady:

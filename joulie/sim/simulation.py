@@ -90,11 +90,13 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
     cpu_match = catalog.match_cpu(cpu_raw)
     if cpu_match.key is not None:
         c = catalog.cpu(cpu_match.key)
+        # Measured curves are wall power and can top TDP; a 100 % cap must still mean uncapped.
+        peak = max([c.tdp_w, *(w for _, w in c.curve)])
         cpu = CpuPowerSpec(
             sockets=sockets,
             idle_w=c.idle_w,
-            max_w=c.tdp_w,
-            min_cap_w=c.tdp_w * CPU_MIN_CAP_FRACTION,
+            max_w=peak,
+            min_cap_w=peak * CPU_MIN_CAP_FRACTION,
             curve=c.curve,
             nominal_ghz=c.base_ghz,
             boost_ghz=c.boost_ghz,
