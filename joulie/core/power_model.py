@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 CPU_UTIL_EXPONENT = 1.2
-"""Analytic CPU curve exponent: slightly convex, as SPECpower curves are between 0 and 100 %."""
+"""Analytic curve exponent: slightly convex, as the top of the load range runs at boost voltage."""
 
 CLOCK_POWER_EXPONENT = 2.5
 """Dynamic power ~ f * V**2 with voltage falling with the clock; measured parts land near f**2.5."""

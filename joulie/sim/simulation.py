@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import structlog
+
 from joulie.api import keys
 from joulie.api.enums import ControlResult
 from joulie.api.quantity import QuantityError, parse_quantity
@@ -41,6 +43,8 @@ from joulie.core.power_model import (
 )
 from joulie.kube.projections import SlimNode, SlimPod
 from joulie.sim.catalog import Catalog
+
+log = structlog.get_logger("joulie.simulator")
 
 # Nodes whose CPU or GPU the catalog does not know get generic parts, so they still draw
 # plausible power instead of none (which would make them look like the emptiest nodes).
@@ -88,20 +92,24 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
         or node.labels.get(keys.NFD_CPU_MODEL_LABEL)
     )
     cpu_match = catalog.match_cpu(cpu_raw)
+    cpu: CpuPowerSpec | None = None
     if cpu_match.key is not None:
         c = catalog.cpu(cpu_match.key)
         # Measured curves are wall power and can top TDP; a 100 % cap must still mean uncapped.
         peak = max([c.tdp_w, *(w for _, w in c.curve)])
-        cpu = CpuPowerSpec(
-            sockets=sockets,
-            idle_w=c.idle_w,
-            max_w=peak,
-            min_cap_w=peak * CPU_MIN_CAP_FRACTION,
-            curve=c.curve,
-            nominal_ghz=c.base_ghz,
-            boost_ghz=c.boost_ghz,
-        )
-    else:
+        try:
+            cpu = CpuPowerSpec(
+                sockets=sockets,
+                idle_w=c.idle_w,
+                max_w=peak,
+                min_cap_w=peak * CPU_MIN_CAP_FRACTION,
+                curve=c.curve,
+                nominal_ghz=c.base_ghz,
+                boost_ghz=c.boost_ghz,
+            )
+        except ValueError as exc:
+            _unusable(cpu_match.key, exc)
+    if cpu is None:
         cpu = CpuPowerSpec(
             sockets=sockets,
             idle_w=GENERIC_CPU_IDLE_W,
@@ -121,14 +129,17 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
         gpu_key = gpu_match.key or gpu_raw
         if gpu_match.key is not None:
             g = catalog.gpu(gpu_match.key)
-            gpu = GpuPowerSpec(
-                count=gpu_count,
-                idle_w=g.idle_w,
-                max_w=g.max_w,
-                min_cap_w=g.min_w,
-                speed_exponent=g.speed_exponent,
-            )
-        else:
+            try:
+                gpu = GpuPowerSpec(
+                    count=gpu_count,
+                    idle_w=g.idle_w,
+                    max_w=g.max_w,
+                    min_cap_w=g.min_w,
+                    speed_exponent=g.speed_exponent,
+                )
+            except ValueError as exc:
+                _unusable(gpu_match.key, exc)
+        if gpu is None:
             idle, peak, floor, exponent = GENERIC_GPU
             gpu = GpuPowerSpec(
                 count=gpu_count, idle_w=idle, max_w=peak, min_cap_w=floor, speed_exponent=exponent
@@ -142,6 +153,17 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
         gpu_max_w_per_gpu=gpu.max_w if gpu else 0.0,
     )
     return NodePowerSpec(cpu=cpu, gpu=gpu), summary
+
+
+_reported: set[str] = set()
+
+
+def _unusable(model: str, exc: ValueError) -> None:
+    """A catalog entry the power model rejects (a hand-made catalog file): say so once, and
+    simulate generic parts instead of failing the node."""
+    if model not in _reported:
+        _reported.add(model)
+        log.warning("catalog entry unusable, simulating generic parts", model=model, error=str(exc))
 
 
 def _fraction(pod: SlimPod, key: str) -> float:
