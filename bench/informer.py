@@ -33,6 +33,18 @@ WORK_DIR = Path(
 NAMESPACES = 50
 
 
+def bench_cluster() -> LocalCluster:
+    """The benchmarks' API server and etcd (no scheduler, controllers or KWOK: only the
+    objects matter), kept in WORK_DIR between runs."""
+    return LocalCluster(
+        work_dir=WORK_DIR,
+        controller_manager=False,
+        scheduler=False,
+        kwok=False,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+
+
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -298,13 +310,7 @@ def main() -> None:
         child(args)
         return
 
-    cluster = LocalCluster(
-        work_dir=WORK_DIR,
-        controller_manager=False,
-        scheduler=False,
-        kwok=False,
-        log=lambda line: print(line, file=sys.stderr),
-    )
+    cluster = bench_cluster()
     cluster.up()
     try:
         figures: dict[str, Any] = {"setup": ensure_objects(cluster, args.nodes, args.pods)}

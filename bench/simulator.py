@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,14 +25,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.informer import WORK_DIR
-from hack.cluster.runner import LocalCluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.informer import bench_cluster
+from hack.cluster.runner import free_port
 
 
 async def load(base: str, nodes: list[str], seconds: float, concurrency: int) -> dict[str, Any]:
@@ -73,13 +66,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    cluster = LocalCluster(
-        work_dir=WORK_DIR,
-        controller_manager=False,
-        scheduler=False,
-        kwok=False,
-        log=lambda line: print(line, file=sys.stderr),
-    )
+    cluster = bench_cluster()
     cluster.up()
     port, metrics_port = free_port(), free_port()
     env = {

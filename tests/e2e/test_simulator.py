@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from hack.cluster.nodes import node_manifests
-from hack.cluster.runner import LocalCluster
+from hack.cluster.runner import LocalCluster, free_port
 from joulie.api.inventory import load_inventory
 
 pytestmark = pytest.mark.e2e
@@ -28,12 +27,6 @@ INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-n
 JOULIE = str(Path(sys.executable).parent / "joulie")
 CPU_NODE = "kwok-cpu-highfreq-0"  # 2 x AMD EPYC 9375F, 64 CPUs, no GPU
 GPU_NODE = "kwok-h100-nvl-0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check: Any, timeout: float, what: str) -> Any:

@@ -14,13 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hack.cluster.runner import free_port
 from tests.conftest import ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:
