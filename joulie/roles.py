@@ -5,15 +5,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joulie.agent.settings import AgentSettings
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
 from joulie.process_settings import ProcessSettings
-from joulie.runtime import Role
 from joulie.settings import EnvSettings, Loaded
 from joulie.sim.settings import SimulatorSettings
+
+if TYPE_CHECKING:  # the runtime (aiohttp, prometheus) loads only when roles run
+    from joulie.runtime import Role
 
 
 @dataclass(frozen=True)

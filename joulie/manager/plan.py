@@ -1,0 +1,91 @@
+"""`joulie plan`: what the policy would do, without writing anything.
+
+From a cluster inventory file it prints the per-family split of performance nodes and each
+node's profile, through the same `joulie.core.policy` functions the controller manager runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from joulie.api.enums import PolicyType
+from joulie.api.inventory import Inventory
+from joulie.core.family import hardware_family
+from joulie.core.policy import Plan, PlanNode, PolicyInputs, family_split, plan
+from joulie.sim.catalog import Catalog
+
+
+def inventory_nodes(inventory: Inventory, catalog: Catalog) -> list[PlanNode]:
+    """Plan nodes of an inventory, families from the catalog's recognised models (raw names
+    when a model is not recognised), no current labels."""
+    families: dict[tuple[str, str, int], str] = {}
+    nodes = []
+    for name, group in inventory.nodes_by_name():
+        key = (group.cpu, group.product, group.gpu_count)
+        if key not in families:
+            cpu = catalog.match_cpu(group.cpu).key or group.cpu
+            gpu = (
+                (catalog.match_gpu(group.product).key or group.product) if group.gpu_count else None
+            )
+            families[key] = hardware_family(cpu, gpu, group.gpu_count)
+        nodes.append(PlanNode(name=name, family=families[key], current_profile=None))
+    return nodes
+
+
+def make_plan(
+    nodes: Sequence[PlanNode],
+    policy: PolicyType,
+    *,
+    hp_frac: float,
+    perf_pods: int,
+    queue: dict[str, Any],
+    interval_s: float,
+) -> Plan:
+    inputs = PolicyInputs(
+        policy=policy.value,
+        static_hp_frac=hp_frac,
+        queue_hp_base_frac=queue["base_frac"],
+        queue_hp_min=queue["hp_min"],
+        queue_hp_max=queue["hp_max"],
+        queue_perf_per_hp_node=queue["perf_per_hp_node"],
+        reconcile_interval_s=interval_s,
+    )
+    return plan(nodes, inputs, perf_pods, time.time())
+
+
+def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
+    performance = frozenset(n for n, p in result.profiles.items() if p == "performance")
+    split = family_split(nodes, performance)
+    if output == "json":
+        return json.dumps(
+            {
+                "policy": result.policy_name,
+                "hpCount": result.hp_count,
+                "performanceCount": result.performance_count,
+                "nodeCount": len(nodes),
+                "families": {
+                    family: {"nodes": total, "performance": perf}
+                    for family, (total, perf) in sorted(split.items())
+                },
+                "nodes": dict(sorted(result.profiles.items())),
+            },
+            indent=2,
+        )
+    width = max([len("FAMILY"), *(len(f) for f in split)])
+    lines = [
+        f"policy {result.policy_name}: {result.performance_count} of {len(nodes)} nodes in "
+        f"performance (requested {result.hp_count})",
+        "",
+        f"{'FAMILY':<{width}}  {'NODES':>6}  {'PERFORMANCE':>11}  {'ECO':>6}",
+    ]
+    for family, (total, perf) in sorted(split.items()):
+        lines.append(f"{family:<{width}}  {total:>6}  {perf:>11}  {total - perf:>6}")
+    return "\n".join(lines)
+
+
+def load_catalog(path: str | None) -> Catalog:
+    return Catalog.load(Path(path) if path else None)

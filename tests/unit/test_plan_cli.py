@@ -1,0 +1,79 @@
+"""`joulie plan` on inventory files, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+JOULIE = str(Path(sys.executable).parent / "joulie")
+INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
+
+
+def plan(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [JOULIE, "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+def test_exp02_5k_static_partition_keeps_a_fifth_of_every_family() -> None:
+    result = plan(
+        "--inventory",
+        str(INVENTORIES / "02-cluster-nodes-5k.yaml"),
+        "--policy",
+        "static_partition",
+        "--hp-frac",
+        "0.2",
+        "--output",
+        "json",
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["policy"] == "static-partition-v1"
+    assert out["nodeCount"] == 5000
+    assert out["hpCount"] == out["performanceCount"] == 1000
+    assert len(out["families"]) == 8
+    assert sum(f["nodes"] for f in out["families"].values()) == 5000
+    for family, counts in out["families"].items():
+        assert counts["performance"] >= 1, family
+        # Sainte-Laguë keeps every family within one seat of its exact share.
+        assert abs(counts["performance"] - counts["nodes"] / 5) <= 1, family
+    profiles = out["nodes"]
+    assert len(profiles) == 5000
+    assert sum(p == "performance" for p in profiles.values()) == 1000
+
+
+def test_queue_aware_follows_performance_pods() -> None:
+    args = (
+        "--inventory",
+        str(INVENTORIES / "02-cluster-nodes.yaml"),
+        "--policy",
+        "queue_aware_v1",
+        "--output",
+        "json",
+    )
+    quiet = json.loads(plan(*args, "--perf-pods", "0", QUEUE_HP_BASE_FRAC="0").stdout)
+    busy = json.loads(plan(*args, "--perf-pods", "150", QUEUE_HP_BASE_FRAC="0").stdout)
+    # Without demand only the one-per-family floor stays in performance; 150 pods at 10 per
+    # node ask for 15.
+    assert quiet["performanceCount"] == 8
+    assert busy["performanceCount"] == 15
+
+
+def test_table_output_and_errors(tmp_path: Path) -> None:
+    table = plan("--inventory", str(INVENTORIES / "01-cluster-nodes.yaml"), "--hp-frac", "0.5")
+    assert table.returncode == 0
+    assert "FAMILY" in table.stdout
+    assert "20 of 40 nodes in performance" in table.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes:\n  - node_name_prefix: x\n    cpu_cores: -1\n")
+    broken = plan("--inventory", str(bad))
+    assert broken.returncode == 2
+    assert "group 0 (x)" in broken.stderr
+    assert plan("--inventory", str(bad), "--hp-frac", "2").returncode == 2
