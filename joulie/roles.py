@@ -41,6 +41,7 @@ ROLES: Mapping[str, RoleSpec] = {
             "manager",
             "controller manager: policy, performance split, caps, governors, twin",
             ManagerSettings,
+            implementation="joulie.manager.role:build",
         ),
         RoleSpec(
             "agent",

@@ -1,0 +1,135 @@
+"""The controller manager's view of a node's hardware: family, GPU count and GPU power range.
+
+The node's NodeHardware status (what its agent discovered) is preferred; without one, or for a
+field the agent left out, the node's hardware labels and annotations stand in, resolved through
+the hardware catalog. That way a node is planned from the moment it joins, before any agent runs
+on it, and keeps the same family once the agent reports the same model.
+
+Everything here is pure: the catalog is passed in, nothing is read from the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from joulie.api import keys
+from joulie.api.gpu import GpuResourceKind, gpu_resource_kind
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.core.family import hardware_family
+from joulie.core.intents import CapRange
+from joulie.sim.catalog import Catalog
+
+__all__ = ["HardwareView", "hardware_view", "label_gpu_count"]
+
+
+@dataclass(frozen=True)
+class HardwareView:
+    """What the policy and the intents need to know of one node's hardware."""
+
+    cpu_model: str | None
+    """Catalog key of the CPU model when recognised, else the raw reported name."""
+    gpu_model: str | None
+    """Catalog key of the GPU model when recognised, else the raw reported name."""
+    gpu_count: int
+    family: str
+    """:func:`joulie.core.family.hardware_family` of the models above."""
+    catalog_gpu_range: CapRange | None
+    """``(min_w, max_w)`` of the recognised GPU model in the catalog, for ``node_twin_spec``."""
+
+
+def _first(*values: str | None) -> str | None:
+    """The first non-blank value."""
+    return next((v for v in values if v and v.strip()), None)
+
+
+def label_gpu_count(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> int:
+    """GPU boards of a node without NodeHardware: the hw.gpu-count label, else whole-GPU
+    allocatable resources. A node exposing only fractional GPU units (MIG, partitions, shared
+    replicas) counts as one GPU: it has GPUs, but the units do not say how many boards."""
+    try:
+        labelled = int(labels.get(keys.HW_GPU_COUNT_LABEL, ""))
+    except ValueError:
+        labelled = -1
+    if labelled >= 0:
+        return labelled
+    whole = 0
+    fractional = False
+    for resource, value in allocatable.items():
+        kind = gpu_resource_kind(resource)
+        if kind is None:
+            continue
+        try:
+            units = int(parse_quantity(value))
+        except QuantityError:
+            continue
+        if kind is GpuResourceKind.WHOLE:
+            whole += units
+        elif units > 0:
+            fractional = True
+    return whole if whole or not fractional else 1
+
+
+def _resolve(match_key: str | None, raw: str | None) -> str | None:
+    return match_key or _first(raw)
+
+
+def hardware_view(
+    hardware: NodeHardwareStatus | None,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    allocatable: Mapping[str, str],
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> HardwareView:
+    """The hardware view of one node from its NodeHardware status (None without one), labels,
+    annotations and allocatable resources.
+
+    Model names are resolved through the catalog (the agent's catalog key when it gave one that
+    the catalog knows, else a match of the raw name), so the same model forms one family whether
+    it came from the agent or from labels; an unrecognised model keeps its raw name.
+    """
+    cpu = hardware.cpu if hardware is not None else None
+    gpu = hardware.gpu if hardware is not None else None
+
+    cpu_raw = _first(
+        cpu.raw_model if cpu else None,
+        cpu.model if cpu else None,
+        annotations.get(keys.HW_CPU_MODEL_ANNOTATION),
+        labels.get(keys.HW_CPU_MODEL_LABEL),
+        labels.get(keys.NFD_CPU_MODEL_LABEL),
+    )
+    cpu_key = cpu.model if cpu and cpu.model in catalog.cpus else None
+    cpu_model = _resolve(cpu_key or catalog.match_cpu(cpu_raw).key, cpu_raw)
+
+    if gpu is not None and gpu.count is not None:
+        gpu_count = gpu.count if gpu.present is not False else 0
+    else:
+        gpu_count = label_gpu_count(labels, allocatable)
+
+    gpu_model: str | None = None
+    gpu_range: CapRange | None = None
+    if gpu_count > 0:
+        product = next((labels[k] for k in gpu_product_label_keys if labels.get(k)), None)
+        gpu_raw = _first(
+            gpu.raw_model if gpu else None,
+            gpu.model if gpu else None,
+            annotations.get(keys.HW_GPU_MODEL_ANNOTATION),
+            labels.get(keys.HW_GPU_MODEL_LABEL),
+            product,
+        )
+        gpu_key = gpu.model if gpu and gpu.model in catalog.gpus else None
+        gpu_key = gpu_key or catalog.match_gpu(gpu_raw).key
+        gpu_model = _resolve(gpu_key, gpu_raw)
+        if gpu_key is not None:
+            spec = catalog.gpu(gpu_key)
+            gpu_range = (spec.min_w, spec.max_w)
+
+    return HardwareView(
+        cpu_model=cpu_model,
+        gpu_model=gpu_model,
+        gpu_count=gpu_count,
+        family=hardware_family(cpu_model, gpu_model, gpu_count),
+        catalog_gpu_range=gpu_range,
+    )

@@ -1,0 +1,502 @@
+"""The controller manager role: plans every eligible node's power profile and writes its NodeTwin.
+
+It reads Nodes, Pods, NodeHardware and NodeTwins through informers only, so a reconcile costs no
+API reads. A reconcile runs every RECONCILE_INTERVAL and soon after anything that can change the
+plan (a performance pod starting or finishing, a node joining or leaving, new NodeHardware); all
+triggers go through one work-queue key, so a burst of events costs one reconcile.
+
+Only the holder of the ``joulie-manager`` Lease writes. Writes compare with the informer copies
+first, so a reconcile at constant demand sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from prometheus_client import Counter, Gauge, Histogram
+from pydantic import ValidationError
+
+from joulie.api import keys
+from joulie.api.enums import ConditionStatus, SchedulableClass
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.api.selector import LabelSelector, parse_selector
+from joulie.core.intents import (
+    TRANSITION_DEFERRED,
+    NodeIntent,
+    agent_reporting,
+    is_active_performance_pod,
+    max_running_pod_gpus,
+    node_twin_spec,
+    transition_event,
+)
+from joulie.core.policy import Plan, PlanNode, family_split, plan
+from joulie.kube.client import ApiError, KubeClient
+from joulie.kube.events import EventRecorder, ObjectRef
+from joulie.kube.informer import Handlers, Informer
+from joulie.kube.leader import LeaderElectionConfig, LeaderElector, default_identity
+from joulie.kube.projections import (
+    SlimNode,
+    SlimPod,
+    identity,
+    node_projection,
+    pod_projection,
+    pods_by_annotation_and_phase,
+    pods_by_node,
+)
+from joulie.kube.workqueue import ShutDown, WorkQueue
+from joulie.kube.writes import Writer, is_subset
+from joulie.manager.config import intent_config, policy_inputs
+from joulie.manager.hardware import HardwareView, hardware_view
+from joulie.manager.settings import ManagerSettings
+from joulie.sim.catalog import Catalog
+
+log = structlog.get_logger("joulie.manager")
+
+FIELD_MANAGER = "joulie-manager"
+LEASE_NAME = "joulie-manager"
+DEFAULT_NAMESPACE = "joulie-system"
+RECONCILE_KEY = "reconcile"
+NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
+NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+DEFERRED_REASON = "DowngradeDeferred"
+
+FAMILY_NODES = Gauge("joulie_policy_family_nodes", "Eligible nodes per hardware family", ["family"])
+FAMILY_PERFORMANCE = Gauge(
+    "joulie_policy_family_performance_nodes",
+    "Nodes per hardware family planned in performance (draining nodes count as not performance)",
+    ["family"],
+)
+HP_COUNT = Gauge("joulie_policy_hp_count", "Performance node count the policy asked for")
+PERFORMANCE_PODS = Gauge(
+    "joulie_policy_performance_pods",
+    "Running and pending performance pods cluster-wide (not terminating)",
+)
+RECONCILE_SECONDS = Histogram(
+    "joulie_manager_reconcile_duration_seconds",
+    "Time one reconcile took, writes included",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+TRANSITIONS = Counter(
+    "joulie_policy_transitions_total",
+    "Schedulable-class changes of nodes, by result (deferred: a downgrade waits for pods)",
+    ["result"],
+)
+
+_PERFORMANCE = "performance"
+_CLASS_INDEX = "class"
+
+
+def _pod_class(pod: SlimPod) -> str | None:
+    return pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION)
+
+
+def _hardware_node(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """Index NodeHardware by the node it describes (spec.nodeName, else its own name)."""
+    spec = obj.get("spec") or {}
+    name = spec.get("nodeName") or obj["metadata"]["name"]
+    return (str(name),)
+
+
+def _planning_labels(node: SlimNode) -> dict[str, str]:
+    """The labels that matter to eligibility and hardware: all but the one this role writes, so
+    our own label patch does not trigger another reconcile."""
+    return {k: v for k, v in node.labels.items() if k != keys.POWER_PROFILE_LABEL}
+
+
+def _parse_hardware(obj: Mapping[str, Any] | None) -> NodeHardwareStatus | None:
+    if obj is None or not obj.get("status"):
+        return None
+    try:
+        return NodeHardwareStatus.model_validate(obj["status"])
+    except ValidationError as exc:
+        log.warning("NodeHardware status unusable", name=obj["metadata"]["name"], error=str(exc))
+        return None
+
+
+def _updated_at(hardware: NodeHardwareStatus | None) -> datetime | None:
+    return hardware.updated_at if hardware is not None else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the API server would store them (numbers by value, both ways a subset)."""
+    return is_subset(a, b) and is_subset(b, a)
+
+
+class ManagerRole:
+    name = "manager"
+
+    def __init__(self, settings: ManagerSettings, client: KubeClient | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._selector: LabelSelector = parse_selector(settings.node_selector)
+        self._config = intent_config(settings)
+        self._inputs = policy_inputs(settings)
+        self._namespace = os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+        self._informers: list[Informer[Any]] = []
+        self._elector: LeaderElector | None = None
+        self._queue: WorkQueue[str] | None = None
+        # The schedulable class last written per node: the informer copy may lag our own write,
+        # and a transition must be recorded once, not again at the next reconcile.
+        self._classes: dict[str, SchedulableClass] = {}
+        self._writes = 0
+        """Writes this role sent (for the reconcile log line)."""
+
+    # --- what the runtime reads -----------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        synced = bool(self._informers) and all(i.has_synced for i in self._informers)
+        return synced and self._elector is not None and self._elector.is_ready()
+
+    def status(self) -> str:
+        return self._elector.status() if self._elector is not None else "starting"
+
+    # --- running --------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        client = self._client or await KubeClient.connect()
+        self._catalog = Catalog.load()
+        self._writer = Writer(client, FIELD_MANAGER)
+        self._events = EventRecorder(client, FIELD_MANAGER, default_identity())
+        self._build_informers(client)
+        queue: WorkQueue[str] = WorkQueue("joulie-manager")
+        self._queue = queue
+        elector = LeaderElector(
+            client,
+            LeaderElectionConfig(namespace=self._namespace, name=LEASE_NAME),
+            on_started_leading=lambda: queue.add(RECONCILE_KEY),
+            name="manager-leader-election",
+        )
+        self._elector = elector
+        tasks = [asyncio.create_task(i.run(stopping)) for i in self._informers]
+        tasks.append(asyncio.create_task(elector.run(stopping)))
+        worker = asyncio.create_task(self._work(queue))
+        try:
+            await stopping.wait()
+        finally:
+            queue.shutdown()
+            await asyncio.gather(worker, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._client is None:
+                await client.close()
+
+    def _build_informers(self, client: KubeClient) -> None:
+        self.nodes: Informer[SlimNode] = Informer(
+            client,
+            "/api/v1/nodes",
+            node_projection(
+                annotation_keys=[keys.HW_CPU_MODEL_ANNOTATION, keys.HW_GPU_MODEL_ANNOTATION]
+            ),
+        )
+        self.pods: Informer[SlimPod] = Informer(
+            client,
+            "/api/v1/pods",
+            pod_projection(annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION]),
+            indexers={
+                "node": pods_by_node,
+                _CLASS_INDEX: pods_by_annotation_and_phase(keys.WORKLOAD_CLASS_ANNOTATION, ""),
+            },
+        )
+        self.hardware: Informer[Mapping[str, Any]] = Informer(
+            client, NODEHARDWARES, identity, indexers={"node": _hardware_node}
+        )
+        self.twins: Informer[Mapping[str, Any]] = Informer(client, NODETWINS, identity)
+        self._informers = [self.nodes, self.pods, self.hardware, self.twins]
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=lambda _: self._trigger(),
+                on_update=self._node_updated,
+                on_delete=lambda _: self._trigger(),
+            )
+        )
+        self.pods.add_handlers(
+            Handlers(
+                on_add=self._pod_seen,
+                on_update=self._pod_updated,
+                on_delete=self._pod_seen,
+            )
+        )
+        self.hardware.add_handlers(
+            Handlers(
+                on_add=lambda _: self._trigger(),
+                on_update=lambda old, new: self._trigger() if old != new else None,
+                on_delete=lambda _: self._trigger(),
+            )
+        )
+
+    # --- triggers -------------------------------------------------------------------------
+
+    def _trigger(self) -> None:
+        if self._queue is not None:
+            self._queue.add(RECONCILE_KEY)
+
+    def _node_updated(self, old: SlimNode, new: SlimNode) -> None:
+        if (
+            _planning_labels(old) != _planning_labels(new)
+            or old.annotations != new.annotations
+            or old.unschedulable != new.unschedulable
+            or old.allocatable != new.allocatable
+        ):
+            self._trigger()
+
+    def _pod_seen(self, pod: SlimPod) -> None:
+        if _pod_class(pod) == _PERFORMANCE:
+            self._trigger()
+
+    def _pod_updated(self, old: SlimPod, new: SlimPod) -> None:
+        if _PERFORMANCE not in (_pod_class(old), _pod_class(new)):
+            return
+        if (old.phase, old.deleting, old.node_name) != (new.phase, new.deleting, new.node_name):
+            self._trigger()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _work(self, queue: WorkQueue[str]) -> None:
+        for informer in self._informers:
+            await informer.wait_synced()
+        queue.add(RECONCILE_KEY)
+        while True:
+            try:
+                key = await queue.get()
+            except ShutDown:
+                return
+            try:
+                if self._elector is not None and self._elector.is_leader:
+                    await self.reconcile()
+                queue.forget(key)
+                # The periodic reconcile: the queue keeps only the earliest deadline.
+                queue.add_after(key, self.settings.reconcile_interval)
+            except (TimeoutError, ApiError, OSError) as exc:
+                log.warning("reconcile failed; retrying", error=str(exc))
+                queue.add_rate_limited(key)
+            finally:
+                queue.done(key)
+
+    # --- one reconcile --------------------------------------------------------------------
+
+    def _eligible(self, node: SlimNode) -> bool:
+        return (
+            self._selector.matches(node.labels)
+            and not node.unschedulable
+            and not node.deleting
+            and node.labels.get(self.settings.reserved_label_key) != "true"
+        )
+
+    def performance_pod_count(self) -> int:
+        """P: running and pending performance pods cluster-wide, not terminating (index look-ups,
+        never a LIST)."""
+        return sum(
+            not pod.deleting
+            for phase in ("Running", "Pending")
+            for pod in self.pods.by_index(_CLASS_INDEX, f"{_PERFORMANCE}/{phase}")
+        )
+
+    def _hardware_of(self, node: str) -> tuple[bool, NodeHardwareStatus | None]:
+        found = self.hardware.by_index("node", node)
+        if not found:
+            return False, None
+        return True, _parse_hardware(found[0])
+
+    async def reconcile(self) -> None:
+        started = time.perf_counter()
+        nodes = sorted((n for n in self.nodes.values() if self._eligible(n)), key=lambda n: n.name)
+        hardware = {n.name: self._hardware_of(n.name) for n in nodes}
+        views = {
+            n.name: hardware_view(
+                hardware[n.name][1],
+                n.labels,
+                n.annotations,
+                n.allocatable,
+                self._catalog,
+                self._config.gpu_product_label_keys,
+            )
+            for n in nodes
+        }
+        plan_nodes = [
+            PlanNode(n.name, views[n.name].family, n.labels.get(keys.POWER_PROFILE_LABEL))
+            for n in nodes
+        ]
+        perf_pods = self.performance_pod_count()
+        result = plan(plan_nodes, self._inputs, perf_pods, time.time())
+        writes_before = self._writes
+        performing: set[str] = set()
+        transitions = {"deferred": 0, "applied": 0}
+        for node in nodes:
+            present, status = hardware[node.name]
+            intent = self._intent(node, result, views[node.name], status)
+            if intent.schedulable_class is SchedulableClass.PERFORMANCE:
+                performing.add(node.name)
+            event = await self._write_node(node, intent, present, status)
+            if event is not None:
+                transitions[event] += 1
+        deleted = await self._delete_orphans()
+        self._record(plan_nodes, result, perf_pods, frozenset(performing))
+        RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        log.info(
+            "reconciled",
+            policy=result.policy_name,
+            nodes=len(nodes),
+            hp_count=result.hp_count,
+            performance=len(performing),
+            deferred=transitions["deferred"],
+            applied=transitions["applied"],
+            performance_pods=perf_pods,
+            writes=self._writes - writes_before,
+            deleted_twins=deleted,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+
+    def _intent(
+        self,
+        node: SlimNode,
+        result: Plan,
+        view: HardwareView,
+        status: NodeHardwareStatus | None,
+    ) -> NodeIntent:
+        pods = self.pods.by_index("node", node.name)
+        active = sum(is_active_performance_pod(p.phase, p.deleting, _pod_class(p)) for p in pods)
+        return node_twin_spec(
+            node.name,
+            result.profiles[node.name],
+            active_perf_pods=active,
+            gpu_count=view.gpu_count,
+            hardware=status,
+            labels=node.labels,
+            catalog_gpu_range=view.catalog_gpu_range,
+            running_pod_max_gpus=max_running_pod_gpus((p.phase, p.deleting, p.gpus) for p in pods),
+            policy_name=result.policy_name,
+            config=self._config,
+        )
+
+    async def _write_node(
+        self,
+        node: SlimNode,
+        intent: NodeIntent,
+        hardware_present: bool,
+        status: NodeHardwareStatus | None,
+    ) -> str | None:
+        """Write the node's twin spec, profile label and twin status where they differ; returns
+        the transition recorded, if any."""
+        twin = self.twins.get(node.name)
+        path = f"{NODETWINS}/{node.name}"
+        spec = intent.spec.to_wire()
+        desired = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.NODE_TWIN_KIND,
+            "metadata": {"name": node.name},
+            "spec": spec,
+        }
+        # A field that left the spec (a governor no longer listed) is a change too, which a
+        # subset comparison alone would miss; {} as observed forces the apply.
+        same_spec = twin is not None and _same(spec, twin.get("spec"))
+        if await self._writer.apply(path, desired, observed=twin if same_spec else {}):
+            self._writes += 1
+        profile = str(intent.spec.profile)
+        if await self._writer.merge_patch(
+            f"/api/v1/nodes/{node.name}",
+            {"metadata": {"labels": {keys.POWER_PROFILE_LABEL: profile}}},
+            observed={"metadata": {"labels": dict(node.labels)}},
+        ):
+            self._writes += 1
+        await self._write_status(node.name, twin, intent, hardware_present, status)
+        return await self._transition(node, twin, intent.schedulable_class)
+
+    async def _write_status(
+        self,
+        name: str,
+        twin: Mapping[str, Any] | None,
+        intent: NodeIntent,
+        hardware_present: bool,
+        status: NodeHardwareStatus | None,
+    ) -> None:
+        now = datetime.now(UTC)
+        reporting = agent_reporting(hardware_present, _updated_at(status), now)
+        condition = {
+            "type": keys.AGENT_REPORTING_CONDITION,
+            "status": str(reporting.status),
+            "reason": reporting.reason,
+            "message": reporting.message,
+            "lastTransitionTime": _transition_time(twin, reporting.status, now),
+        }
+        desired = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.NODE_TWIN_KIND,
+            "metadata": {"name": name},
+            "status": {
+                "schedulableClass": str(intent.schedulable_class),
+                "conditions": [condition],
+            },
+        }
+        if await self._writer.apply(
+            f"{NODETWINS}/{name}/status", desired, observed=twin if twin is not None else {}
+        ):
+            self._writes += 1
+
+    async def _transition(
+        self, node: SlimNode, twin: Mapping[str, Any] | None, current: SchedulableClass
+    ) -> str | None:
+        observed = ((twin or {}).get("status") or {}).get("schedulableClass")
+        previous = self._classes.get(node.name)
+        if previous is None and observed in {c.value for c in SchedulableClass}:
+            previous = SchedulableClass(observed)
+        self._classes[node.name] = current
+        event = transition_event(previous, current)
+        if event is None:
+            return None
+        TRANSITIONS.labels(event).inc()
+        if event == TRANSITION_DEFERRED:
+            await self._events.emit(
+                ObjectRef(kind="Node", name=node.name, uid=node.uid),
+                "Normal",
+                DEFERRED_REASON,
+                "Reconcile",
+                "Planned eco, but performance pods still run: keeping performance caps "
+                "(draining) until they finish.",
+            )
+        return event
+
+    async def _delete_orphans(self) -> int:
+        """Delete the NodeTwins of nodes that no longer exist."""
+        existing = set(self.nodes.keys())
+        deleted = 0
+        for name in sorted(self.twins.keys()):
+            if name in existing:
+                continue
+            if await self._writer.delete(f"{NODETWINS}/{name}"):
+                deleted += 1
+                self._writes += 1
+            self._classes.pop(name, None)
+        return deleted
+
+    def _record(
+        self, nodes: list[PlanNode], result: Plan, perf_pods: int, performing: frozenset[str]
+    ) -> None:
+        FAMILY_NODES.clear()
+        FAMILY_PERFORMANCE.clear()
+        for family, (total, performance) in family_split(nodes, performing).items():
+            FAMILY_NODES.labels(family).set(total)
+            FAMILY_PERFORMANCE.labels(family).set(performance)
+        HP_COUNT.set(result.hp_count)
+        PERFORMANCE_PODS.set(perf_pods)
+
+
+def _transition_time(twin: Mapping[str, Any] | None, status: ConditionStatus, now: datetime) -> str:
+    """The condition's lastTransitionTime: kept while its status stays the same."""
+    conditions = ((twin or {}).get("status") or {}).get("conditions") or ()
+    for condition in conditions:
+        if (
+            condition.get("type") == keys.AGENT_REPORTING_CONDITION
+            and condition.get("status") == str(status)
+            and condition.get("lastTransitionTime")
+        ):
+            return str(condition["lastTransitionTime"])
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build(settings: ManagerSettings) -> ManagerRole:
+    return ManagerRole(settings)

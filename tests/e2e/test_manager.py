@@ -1,0 +1,265 @@
+"""The controller manager as its own process, with its own ServiceAccount, against the local KWOK
+cluster: it labels and twins every selected node, keeps the planned performance split, writes
+nothing at constant demand, and drains a node that still runs a performance pod."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hack.cluster.nodes import node_manifest
+from hack.cluster.runner import LocalCluster, free_port
+from hack.cluster.stages import RUN_DURATION_ANNOTATION
+from joulie.api import keys
+from joulie.api.inventory import load_inventory
+from joulie.core.policy import PlanNode, performance_set, static_hp_count
+from joulie.kube.metrics import WRITE_VERBS
+from joulie.manager.hardware import hardware_view
+from joulie.sim.catalog import Catalog
+
+pytestmark = pytest.mark.e2e
+
+INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
+JOULIE = str(Path(sys.executable).parent / "joulie")
+E2E_LABEL = "joulie.io/e2e"
+NODES_PER_FAMILY = 5
+HP_FRAC = 0.25
+INTERVAL_S = 2.0
+
+
+def wait_until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+
+
+def test_nodes() -> list[dict[str, Any]]:
+    """40 nodes, 5 of each of the 8 hardware families, under a prefix of this test's own."""
+    nodes = []
+    for group in load_inventory(INVENTORY).nodes:
+        for i in range(NODES_PER_FAMILY):
+            node = node_manifest(f"mgr-{group.node_name_prefix}-{i}", group)
+            node["metadata"]["labels"][E2E_LABEL] = "manager"
+            nodes.append(node)
+    return nodes
+
+
+test_nodes.__test__ = False  # type: ignore[attr-defined]
+
+
+class Manager:
+    def __init__(self, cluster: LocalCluster, tmp: Path) -> None:
+        self.metrics_port = free_port()
+        self.log = tmp / "manager.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.role_kubeconfig("manager")),
+            "METRICS_ADDR": f"127.0.0.1:{self.metrics_port}",
+            "RECONCILE_INTERVAL": f"{INTERVAL_S:g}s",
+            "NODE_SELECTOR": f"{E2E_LABEL}=manager",
+            "POD_NAMESPACE": "joulie-system",
+            "POLICY_TYPE": "static_partition",
+            "STATIC_HP_FRAC": str(HP_FRAC),
+            "LOG_FORMAT": "json",
+        }
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                [JOULIE, "--role=manager"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def alive(self) -> None:
+        assert self.process.poll() is None, self.log.read_text()[-4000:]
+
+    def metrics(self) -> str:
+        self.alive()
+        response = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+        response.raise_for_status()
+        return response.text
+
+    def writes(self) -> float:
+        """Write requests sent so far, Lease renewals aside (the leader renews every 2 s)."""
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if (
+                    sample.name == "joulie_kube_requests_total"
+                    and sample.labels["verb"] in WRITE_VERBS
+                    and sample.labels["resource"] != "leases"
+                ):
+                    total += sample.value
+        return total
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
+    manifests = test_nodes()
+    cluster.create_nodes(manifests)
+    cluster.wait_nodes_ready([n["metadata"]["name"] for n in manifests], timeout=120)
+    return manifests
+
+
+@pytest.fixture(scope="module")
+def manager(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Manager]:
+    process = Manager(cluster, tmp_path_factory.mktemp("manager"))
+    try:
+        yield process
+        process.alive()
+    finally:
+        process.stop()
+    assert process.process.returncode == 0, process.log.read_text()[-4000:]
+
+
+def our_nodes(api: httpx.Client) -> dict[str, dict[str, Any]]:
+    listed = api.get("/api/v1/nodes", params={"labelSelector": f"{E2E_LABEL}=manager"})
+    listed.raise_for_status()
+    return {n["metadata"]["name"]: n for n in listed.json()["items"]}
+
+
+def twins(api: httpx.Client) -> dict[str, dict[str, Any]]:
+    listed = api.get(f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}")
+    listed.raise_for_status()
+    return {t["metadata"]["name"]: t for t in listed.json()["items"]}
+
+
+def expected_performance_count(nodes: list[dict[str, Any]]) -> tuple[int, int]:
+    catalog = Catalog.load()
+    plan_nodes = []
+    for node in nodes:
+        meta = node["metadata"]
+        view = hardware_view(
+            None, meta["labels"], meta["annotations"], node["status"]["allocatable"], catalog
+        )
+        plan_nodes.append(PlanNode(meta["name"], view.family, None))
+    families = len({p.family for p in plan_nodes})
+    return len(performance_set(plan_nodes, static_hp_count(len(plan_nodes), HP_FRAC))), families
+
+
+def converged(cluster: LocalCluster, names: set[str]) -> dict[str, dict[str, Any]] | None:
+    with cluster.api() as api:
+        labelled = {
+            name: node
+            for name, node in our_nodes(api).items()
+            if keys.POWER_PROFILE_LABEL in node["metadata"].get("labels", {})
+        }
+        current = twins(api)
+    if set(labelled) != names or not names <= set(current):
+        return None
+    if any("schedulableClass" not in (current[n].get("status") or {}) for n in names):
+        return None
+    return labelled
+
+
+def test_every_node_is_planned_and_twinned(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    names = {n["metadata"]["name"] for n in nodes}
+    labelled = wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
+    performance = {
+        n
+        for n, node in labelled.items()
+        if node["metadata"]["labels"][keys.POWER_PROFILE_LABEL] == "performance"
+    }
+    expected, families = expected_performance_count(nodes)
+    assert families == 8
+    assert len(performance) == expected
+    # Every family keeps at least one performance node.
+    prefixes = {name.rsplit("-", 1)[0] for name in performance}
+    assert len(prefixes) == families
+    with cluster.api() as api:
+        current = twins(api)
+    for name in names:
+        twin = current[name]
+        profile = labelled[name]["metadata"]["labels"][keys.POWER_PROFILE_LABEL]
+        assert twin["spec"]["profile"] == profile
+        assert twin["status"]["schedulableClass"] == profile
+        (condition,) = twin["status"]["conditions"]
+        assert condition["type"] == "AgentReporting"
+        assert condition["reason"] == "NoNodeHardware"
+
+
+def test_constant_demand_writes_nothing(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    names = {n["metadata"]["name"] for n in nodes}
+    wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
+    time.sleep(3 * INTERVAL_S)  # let any write still in flight land and be observed
+    before = manager.writes()
+    time.sleep(3 * INTERVAL_S)  # several periodic reconciles
+    assert manager.writes() == before
+
+
+def test_running_performance_pod_drains_an_eco_node(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager, namespace: str
+) -> None:
+    names = {n["metadata"]["name"] for n in nodes}
+    labelled = wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
+    eco_gpu = sorted(
+        n
+        for n, node in labelled.items()
+        if node["metadata"]["labels"][keys.POWER_PROFILE_LABEL] == "eco"
+        and int(node["metadata"]["labels"].get(keys.HW_GPU_COUNT_LABEL, "0")) > 0
+    )[0]
+    with cluster.api() as api:
+        eco_spec = twins(api)[eco_gpu]["spec"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "perf",
+                "annotations": {
+                    keys.WORKLOAD_CLASS_ANNOTATION: "performance",
+                    RUN_DURATION_ANNOTATION: "15s",
+                },
+            },
+            "spec": {
+                "nodeName": eco_gpu,
+                "containers": [{"name": "work", "image": "example.com/work:1"}],
+            },
+        }
+        created = api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod)
+        assert created.status_code == 201, created.text
+
+    def twin() -> dict[str, Any]:
+        with cluster.api() as api:
+            response = api.get(f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}/{eco_gpu}")
+            response.raise_for_status()
+            return dict(response.json())
+
+    draining = wait_until(
+        lambda: (t := twin())["status"].get("schedulableClass") == "draining" and t,
+        20,
+        "the node to drain",
+    )
+    assert draining["spec"]["profile"] == "eco"
+    performance_caps = draining["spec"]["gpu"]["powerCap"]
+    assert performance_caps["capPctOfMax"] == 100
+    assert performance_caps["capWattsPerGpu"] > eco_spec["gpu"]["powerCap"]["capWattsPerGpu"]
+    finished = wait_until(
+        lambda: (t := twin())["status"].get("schedulableClass") == "eco" and t,
+        40,
+        "the pod to finish and the node to return to eco",
+    )
+    assert finished["spec"] == eco_spec
+    manager.alive()
