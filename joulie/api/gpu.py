@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
+from joulie.api.keys import HW_GPU_COUNT_LABEL
 from joulie.api.quantity import QuantityError, parse_quantity
 
 
@@ -86,3 +87,30 @@ def pod_gpu_count(pod: Mapping[str, Any]) -> int:
         else:
             init_peak = max(init_peak, sidecars + gpus)
     return max(app + sidecars, init_peak)
+
+
+def node_gpu_count(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> int:
+    """GPU boards of a node without NodeHardware: the hw.gpu-count label, else whole-GPU
+    allocatable resources. A node exposing only fractional GPU units (MIG, partitions, shared
+    replicas) counts as one GPU: it has GPUs, but the units do not say how many boards."""
+    try:
+        labelled = int(labels.get(HW_GPU_COUNT_LABEL, ""))
+    except ValueError:
+        labelled = -1
+    if labelled >= 0:
+        return labelled
+    whole = 0
+    fractional = False
+    for resource, value in allocatable.items():
+        kind = gpu_resource_kind(resource)
+        if kind is None:
+            continue
+        try:
+            units = int(parse_quantity(value))
+        except QuantityError:
+            continue
+        if kind is GpuResourceKind.WHOLE:
+            whole += units
+        elif units > 0:
+            fractional = True
+    return whole if whole or not fractional else 1

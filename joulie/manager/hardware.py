@@ -14,14 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from joulie.api import keys
-from joulie.api.gpu import GpuResourceKind, gpu_resource_kind
+from joulie.api.gpu import node_gpu_count
 from joulie.api.nodehardware import NodeHardwareStatus
-from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.core.family import hardware_family
 from joulie.core.intents import CapRange
 from joulie.sim.catalog import Catalog
 
-__all__ = ["HardwareView", "hardware_view", "label_gpu_count"]
+__all__ = ["HardwareView", "hardware_view"]
 
 
 @dataclass(frozen=True)
@@ -42,33 +41,6 @@ class HardwareView:
 def _first(*values: str | None) -> str | None:
     """The first non-blank value."""
     return next((v for v in values if v and v.strip()), None)
-
-
-def label_gpu_count(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> int:
-    """GPU boards of a node without NodeHardware: the hw.gpu-count label, else whole-GPU
-    allocatable resources. A node exposing only fractional GPU units (MIG, partitions, shared
-    replicas) counts as one GPU: it has GPUs, but the units do not say how many boards."""
-    try:
-        labelled = int(labels.get(keys.HW_GPU_COUNT_LABEL, ""))
-    except ValueError:
-        labelled = -1
-    if labelled >= 0:
-        return labelled
-    whole = 0
-    fractional = False
-    for resource, value in allocatable.items():
-        kind = gpu_resource_kind(resource)
-        if kind is None:
-            continue
-        try:
-            units = int(parse_quantity(value))
-        except QuantityError:
-            continue
-        if kind is GpuResourceKind.WHOLE:
-            whole += units
-        elif units > 0:
-            fractional = True
-    return whole if whole or not fractional else 1
 
 
 def _resolve(match_key: str | None, raw: str | None) -> str | None:
@@ -106,7 +78,7 @@ def hardware_view(
     if gpu is not None and gpu.count is not None:
         gpu_count = gpu.count if gpu.present is not False else 0
     else:
-        gpu_count = label_gpu_count(labels, allocatable)
+        gpu_count = node_gpu_count(labels, allocatable)
 
     gpu_model: str | None = None
     gpu_range: CapRange | None = None

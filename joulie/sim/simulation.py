@@ -16,6 +16,7 @@ import structlog
 
 from joulie.api import keys
 from joulie.api.enums import ControlResult
+from joulie.api.gpu import node_gpu_count
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.telemetry import (
     AppliedControls,
@@ -62,20 +63,6 @@ def _label_int(node: SlimNode, key: str, default: int) -> int:
         return default
 
 
-def _gpu_count(node: SlimNode) -> int:
-    labelled = _label_int(node, keys.HW_GPU_COUNT_LABEL, -1)
-    if labelled >= 0:
-        return labelled
-    total = 0
-    for resource, value in node.allocatable.items():
-        if resource.endswith("/gpu"):
-            try:
-                total += int(parse_quantity(value))
-            except QuantityError:
-                continue
-    return total
-
-
 def _cores(node: SlimNode) -> float:
     try:
         return max(float(parse_quantity(node.allocatable.get("cpu", "1"))), 1.0)
@@ -116,7 +103,7 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
             max_w=GENERIC_CPU_MAX_W,
             min_cap_w=GENERIC_CPU_MAX_W * CPU_MIN_CAP_FRACTION,
         )
-    gpu_count = _gpu_count(node)
+    gpu_count = node_gpu_count(node.labels, node.allocatable)
     gpu: GpuPowerSpec | None = None
     gpu_key: str | None = None
     if gpu_count > 0:
