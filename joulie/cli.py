@@ -58,7 +58,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Defaults come from the manager's environment variables (POLICY_TYPE, "
         "STATIC_HP_FRAC, QUEUE_*); the flags override them.",
     )
-    plan.add_argument("--inventory", type=Path, required=True, help="cluster inventory file")
+    source = plan.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inventory", type=Path, help="cluster inventory file")
+    source.add_argument(
+        "--live",
+        action="store_true",
+        help="plan the cluster in KUBECONFIG (or in-cluster) as it is now, and show the nodes "
+        "whose profile would change",
+    )
     plan.add_argument("--policy", choices=[p.value for p in PolicyType])
     plan.add_argument("--hp-frac", type=float, help="static_partition: performance fraction")
     plan.add_argument(
@@ -180,6 +187,22 @@ def _plan(args: argparse.Namespace) -> int:
     if args.perf_pods < 0:
         print("joulie: --perf-pods must be 0 or more", file=sys.stderr)
         return EXIT_CONFIG
+    if args.live:
+        import asyncio
+
+        from joulie.logs import configure_logging
+        from joulie.manager.plan import live
+        from joulie.process_settings import LogFormat, LogLevel
+
+        # Standard output carries the plan; the informers' log lines go to standard error.
+        configure_logging(LogFormat.AUTO, LogLevel.WARNING, stream=sys.stderr)
+
+        overrides = {"STATIC_HP_FRAC": str(hp_frac)}
+        if args.policy:
+            overrides["POLICY_TYPE"] = args.policy
+        live_settings = ManagerSettings.from_env({**os.environ, **overrides}).settings
+        print(asyncio.run(live(live_settings, args.output)))
+        return 0
     try:
         inventory = load_inventory(args.inventory)
         catalog = load_catalog(os.environ.get("HARDWARE_CATALOG_PATH"))

@@ -16,6 +16,7 @@ from joulie.api.enums import PolicyType
 from joulie.api.inventory import Inventory
 from joulie.core.family import hardware_family
 from joulie.core.policy import Plan, PlanNode, PolicyInputs, family_split, plan
+from joulie.manager.settings import ManagerSettings
 from joulie.sim.catalog import Catalog
 
 
@@ -84,6 +85,40 @@ def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
     ]
     for family, (total, perf) in sorted(split.items()):
         lines.append(f"{family:<{width}}  {total:>6}  {perf:>11}  {total - perf:>6}")
+    return "\n".join(lines)
+
+
+async def live(settings: ManagerSettings, output: str) -> str:
+    """Plan the live cluster from one sync of the manager's own caches; write nothing."""
+    import asyncio
+
+    from joulie.kube.client import KubeClient
+    from joulie.manager.role import ManagerRole
+
+    stopping = asyncio.Event()
+    async with await KubeClient.connect() as client:
+        role = ManagerRole(settings, client)
+        tasks = await role.observe(client, stopping)
+        planned = role.planned()
+        stopping.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    changes = {
+        node.name: (node.current_profile, planned.result.profiles[node.name])
+        for node in planned.plan_nodes
+        if node.current_profile != planned.result.profiles[node.name]
+    }
+    text = render(planned.plan_nodes, planned.result, output)
+    if output == "json":
+        data = json.loads(text)
+        data["performancePods"] = planned.perf_pods
+        data["changes"] = {n: {"from": old, "to": new} for n, (old, new) in sorted(changes.items())}
+        return json.dumps(data, indent=2)
+    lines = [text, "", f"performance pods (running + pending): {planned.perf_pods}"]
+    if changes:
+        lines.append(f"{len(changes)} nodes would change profile:")
+        lines += [f"  {n}: {old or '(none)'} -> {new}" for n, (old, new) in sorted(changes.items())]
+    else:
+        lines.append("no node would change profile")
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
@@ -128,6 +128,15 @@ def _same(a: Any, b: Any) -> bool:
     return is_subset(a, b) and is_subset(b, a)
 
 
+class Planned(NamedTuple):
+    nodes: list[SlimNode]
+    hardware: dict[str, tuple[bool, NodeHardwareStatus | None]]
+    views: dict[str, HardwareView]
+    plan_nodes: list[PlanNode]
+    perf_pods: int
+    result: Plan
+
+
 class ManagerRole:
     name = "manager"
 
@@ -157,6 +166,17 @@ class ManagerRole:
         return self._elector.status() if self._elector is not None else "starting"
 
     # --- running --------------------------------------------------------------------------
+
+    async def observe(
+        self, client: KubeClient, stopping: asyncio.Event
+    ) -> list[asyncio.Task[None]]:
+        """Start the informers only (no election, no writes) and wait until they synced."""
+        self._catalog = Catalog.load()
+        self._build_informers(client)
+        tasks = [asyncio.create_task(i.run(stopping)) for i in self._informers]
+        for informer in self._informers:
+            await informer.wait_synced()
+        return tasks
 
     async def run(self, stopping: asyncio.Event) -> None:
         client = self._client or await KubeClient.connect()
@@ -302,8 +322,9 @@ class ManagerRole:
             return False, None
         return True, _parse_hardware(found[0])
 
-    async def reconcile(self) -> None:
-        started = time.perf_counter()
+    def planned(self) -> Planned:
+        """The plan for the eligible nodes from the caches, before anything is written (the
+        reconcile writes it; `joulie plan` against a live cluster only prints it)."""
         nodes = sorted((n for n in self.nodes.values() if self._eligible(n)), key=lambda n: n.name)
         hardware = {n.name: self._hardware_of(n.name) for n in nodes}
         views = {
@@ -323,6 +344,11 @@ class ManagerRole:
         ]
         perf_pods = self.performance_pod_count()
         result = plan(plan_nodes, self._inputs, perf_pods, time.time())
+        return Planned(nodes, hardware, views, plan_nodes, perf_pods, result)
+
+    async def reconcile(self) -> None:
+        started = time.perf_counter()
+        nodes, hardware, views, plan_nodes, perf_pods, result = self.planned()
         writes_before = self._writes
         performing: set[str] = set()
         transitions = {"deferred": 0, "applied": 0}
