@@ -149,6 +149,10 @@ class Informer(Generic[T]):
         keys = self._indexes[index].get(value, ())
         return [self._store[k] for k in keys]
 
+    def index_count(self, index: str, value: str) -> int:
+        """How many objects an index value holds, without copying them."""
+        return len(self._indexes[index].get(value, ()))
+
     def index_keys(self, index: str, value: str) -> set[str]:
         return set(self._indexes[index].get(value, ()))
 
