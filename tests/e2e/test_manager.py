@@ -263,3 +263,20 @@ def test_running_performance_pod_drains_an_eco_node(
     )
     assert finished["spec"] == eco_spec
     manager.alive()
+
+
+def test_twin_of_a_deleted_node_is_removed(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    """Runs last in this module: it removes one of the module's nodes."""
+    gone = nodes[-1]["metadata"]["name"]
+    with cluster.api() as api:
+        assert gone in twins(api)
+        api.delete(f"/api/v1/nodes/{gone}").raise_for_status()
+
+    def removed() -> bool:
+        with cluster.api() as api:
+            return gone not in twins(api)
+
+    wait_until(removed, 20, "the NodeTwin of the deleted node to be removed")
+    manager.alive()
