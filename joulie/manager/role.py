@@ -36,7 +36,7 @@ from joulie.core.intents import (
     transition_event,
 )
 from joulie.core.policy import Plan, PlanNode, family_split, plan
-from joulie.kube.client import ApiError, KubeClient
+from joulie.kube.client import KubeClient
 from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector, default_identity
@@ -49,7 +49,7 @@ from joulie.kube.projections import (
     pods_by_annotation_and_phase,
     pods_by_node,
 )
-from joulie.kube.workqueue import ShutDown, WorkQueue
+from joulie.kube.workqueue import WorkQueue, run_workers
 from joulie.kube.writes import Writer
 from joulie.manager.config import intent_config, policy_inputs
 from joulie.manager.hardware import HardwareView, hardware_view
@@ -220,7 +220,7 @@ class ManagerRole:
         self._elector = elector
         tasks = [asyncio.create_task(i.run(stopping)) for i in self._informers]
         tasks.append(asyncio.create_task(elector.run(stopping)))
-        worker = asyncio.create_task(self._work(queue))
+        worker = asyncio.create_task(self._work(queue, stopping))
         try:
             await stopping.wait()
         finally:
@@ -305,26 +305,22 @@ class ManagerRole:
 
     # --- the loop -------------------------------------------------------------------------
 
-    async def _work(self, queue: WorkQueue[str]) -> None:
+    async def _work(self, queue: WorkQueue[str], stopping: asyncio.Event) -> None:
         for informer in self._informers:
             await informer.wait_synced()
         queue.add(RECONCILE_KEY)
-        while True:
-            try:
-                key = await queue.get()
-            except ShutDown:
-                return
-            try:
-                if self._elector is not None and self._elector.is_leader:
-                    await self.reconcile()
-                queue.forget(key)
-                # The periodic reconcile: the queue keeps only the earliest deadline.
-                queue.add_after(key, self.settings.reconcile_interval)
-            except (TimeoutError, ApiError, OSError) as exc:
-                log.warning("reconcile failed; retrying", error=str(exc))
-                queue.add_rate_limited(key)
-            finally:
-                queue.done(key)
+        await run_workers(queue, self._handle, 1, stopping)
+
+    async def _handle(self, key: str) -> None:
+        if self._elector is not None and self._elector.is_leader:
+            await self.reconcile()
+        # The periodic reconcile: the queue keeps only the earliest deadline. (A failed
+        # reconcile comes back sooner, through the queue's backoff.)
+        self._queue_add_after(key)
+
+    def _queue_add_after(self, key: str) -> None:
+        if self._queue is not None:
+            self._queue.add_after(key, self.settings.reconcile_interval)
 
     # --- one reconcile --------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from joulie.core.policy import PlanNode, performance_set, static_hp_count
 from joulie.kube.metrics import WRITE_VERBS
 from joulie.manager.hardware import hardware_view
 from joulie.sim.catalog import Catalog
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -34,19 +35,6 @@ E2E_LABEL = "joulie.io/e2e"
 NODES_PER_FAMILY = 5
 HP_FRAC = 0.25
 INTERVAL_S = 2.0
-
-
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except httpx.HTTPError:
-            result = None
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
 
 
 def test_nodes() -> list[dict[str, Any]]:

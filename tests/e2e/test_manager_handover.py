@@ -20,7 +20,8 @@ from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
-from tests.e2e.test_manager import INVENTORY, JOULIE, Manager, wait_until
+from tests.e2e.test_manager import INVENTORY, JOULIE, Manager
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

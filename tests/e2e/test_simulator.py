@@ -20,6 +20,7 @@ import yaml
 from hack.cluster.nodes import node_manifests
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api.inventory import load_inventory
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -27,19 +28,6 @@ INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-n
 JOULIE = str(Path(sys.executable).parent / "joulie")
 CPU_NODE = "kwok-cpu-highfreq-0"  # 2 x AMD EPYC 9375F, 64 CPUs, no GPU
 GPU_NODE = "kwok-h100-nvl-0"
-
-
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except httpx.HTTPError:
-            result = None
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 class Simulator:

@@ -1,0 +1,23 @@
+"""Polling helpers for tests that watch a real system converge."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+
+def wait_until(check: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Call ``check`` until it returns something truthy (returned) or ``timeout`` passes (the
+    test fails naming ``what``). An HTTP error counts as "not yet": servers start and restart."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
