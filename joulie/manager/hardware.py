@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from joulie.api import keys
 from joulie.api.gpu import node_gpu_count
+from joulie.api.hardware_labels import label_cpu_model, label_gpu_model
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.family import hardware_family
 from joulie.core.intents import CapRange
@@ -68,9 +69,7 @@ def hardware_view(
     cpu_raw = _first(
         cpu.raw_model if cpu else None,
         cpu.model if cpu else None,
-        annotations.get(keys.HW_CPU_MODEL_ANNOTATION),
-        labels.get(keys.HW_CPU_MODEL_LABEL),
-        labels.get(keys.NFD_CPU_MODEL_LABEL),
+        label_cpu_model(labels, annotations),
     )
     cpu_key = cpu.model if cpu and cpu.model in catalog.cpus else None
     cpu_model = _resolve(cpu_key or catalog.match_cpu(cpu_raw).key, cpu_raw)
@@ -83,13 +82,10 @@ def hardware_view(
     gpu_model: str | None = None
     gpu_range: CapRange | None = None
     if gpu_count > 0:
-        product = next((labels[k] for k in gpu_product_label_keys if labels.get(k)), None)
         gpu_raw = _first(
             gpu.raw_model if gpu else None,
             gpu.model if gpu else None,
-            annotations.get(keys.HW_GPU_MODEL_ANNOTATION),
-            labels.get(keys.HW_GPU_MODEL_LABEL),
-            product,
+            label_gpu_model(labels, annotations, gpu_product_label_keys),
         )
         gpu_key = gpu.model if gpu and gpu.model in catalog.gpus else None
         gpu_key = gpu_key or catalog.match_gpu(gpu_raw).key

@@ -17,6 +17,7 @@ import structlog
 from joulie.api import keys
 from joulie.api.enums import ControlResult
 from joulie.api.gpu import node_gpu_count
+from joulie.api.hardware_labels import label_cpu_model, label_gpu_model
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.telemetry import (
     AppliedControls,
@@ -73,11 +74,7 @@ def _cores(node: SlimNode) -> float:
 def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, HardwareSummary]:
     """The power spec of a node from its hardware labels and annotations, via the catalog."""
     sockets = max(_label_int(node, keys.HW_CPU_SOCKETS_LABEL, 1), 1)
-    cpu_raw = (
-        node.annotations.get(keys.HW_CPU_MODEL_ANNOTATION)
-        or node.labels.get(keys.HW_CPU_MODEL_LABEL)
-        or node.labels.get(keys.NFD_CPU_MODEL_LABEL)
-    )
+    cpu_raw = label_cpu_model(node.labels, node.annotations)
     cpu_match = catalog.match_cpu(cpu_raw)
     cpu: CpuPowerSpec | None = None
     if cpu_match.key is not None:
@@ -107,11 +104,7 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
     gpu: GpuPowerSpec | None = None
     gpu_key: str | None = None
     if gpu_count > 0:
-        gpu_raw = (
-            node.annotations.get(keys.HW_GPU_MODEL_ANNOTATION)
-            or node.labels.get(keys.HW_GPU_MODEL_LABEL)
-            or node.labels.get(keys.GPU_PRODUCT_LABEL)
-        )
+        gpu_raw = label_gpu_model(node.labels, node.annotations)
         gpu_match = catalog.match_gpu(gpu_raw)
         gpu_key = gpu_match.key or gpu_raw
         if gpu_match.key is not None:
