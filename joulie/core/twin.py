@@ -1,0 +1,364 @@
+"""The digital twin: one node's measured power turned into the scores of NodeTwin.status.
+
+Everything derives from the node's measured power and the budgets its hardware implies:
+
+* TDPs: CPU = maximum watts per socket x sockets (one socket assumed when the count is unknown but
+  the per-socket maximum is known: a zero would make the budget zero, which reads as unlimited
+  headroom), GPU = maximum watts per board x boards, node = both.
+* Capped budgets: each TDP times its resolved cap percentage (100 when unset or not positive).
+* Headroom: the unused share of the capped budget, at most 100 but unbounded below (a node over
+  its budget ranks below an idle one); 100 when the budget is 0 (unknown hardware stays neutral).
+* Cooling stress: measured power against the uncapped TDP (cooling is sized for the installed
+  hardware), scaled by an ambient multiplier, clamped to 0-100; 0 when the TDP is unknown. An
+  ambient of 0 degC or below counts as unknown (multiplier 1).
+* PSU stress: rack power (else cluster power) against a 50 kW supply, clamped to 0-100.
+* Density: cores against a 192-core node, averaged with GPUs against an 8-GPU node when GPUs exist.
+* PUE: cooling stress restated on a 1.05-1.40 scale.
+
+Pure: no clock, no I/O. The power trend keeps its samples in :class:`PowerHistory`, with time
+passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from joulie.api.enums import SchedulableClass
+
+__all__ = [
+    "DISPLAY_DIGITS",
+    "PSU_CAPACITY_W",
+    "REFERENCE_CORES",
+    "REFERENCE_GPUS",
+    "PowerHistory",
+    "TwinHardware",
+    "TwinInput",
+    "TwinOutput",
+    "ambient_multiplier",
+    "compute",
+    "cooling_stress",
+    "estimated_pue",
+    "hardware_density",
+    "looks_like_energy",
+    "measurement_failed",
+    "power_headroom",
+    "psu_stress",
+    "resolved_cap_pct",
+    "status_fields",
+    "twin_is_fresh",
+]
+
+PSU_CAPACITY_W: Final = 50_000.0
+REFERENCE_CORES: Final = 192
+REFERENCE_GPUS: Final = 8
+PUE_FLOOR: Final = 1.05
+PUE_SPAN: Final = 0.35
+
+
+@dataclass(frozen=True)
+class TwinHardware:
+    """What the twin needs of a node's hardware; None where nothing says."""
+
+    cpu_max_watts_per_socket: float | None = None
+    sockets: int | None = None
+    total_cores: int | None = None
+    gpu_count: int = 0
+    gpu_max_watts: float | None = None
+    """Maximum power of one GPU board."""
+
+
+@dataclass(frozen=True)
+class TwinInput:
+    hardware: TwinHardware
+    schedulable_class: SchedulableClass
+    """From the downgrade guard (performance, eco, or draining while performance pods remain)."""
+    cpu_cap_pct: float | None
+    """Resolved CPU cap in percent of maximum (:func:`resolved_cap_pct`); None means uncapped."""
+    gpu_cap_pct: float | None
+    measured_power_w: float
+    source: str
+    """Where the measurement came from (powerMeasurement.source)."""
+    power_trend_w_per_min: float = 0.0
+    ambient_c: float | None = None
+    """Facility ambient temperature; None, 0 or below means unknown."""
+    rack_power_w: float | None = None
+    """Total power of the node's rack, when known."""
+    cluster_power_w: float | None = None
+    """Total IT power of the cluster, when known."""
+
+
+@dataclass(frozen=True)
+class TwinOutput:
+    schedulable_class: SchedulableClass
+    cpu_tdp_w: float
+    gpu_tdp_w: float
+    node_tdp_w: float
+    cpu_capped_power_w: float
+    gpu_capped_power_w: float
+    node_capped_power_w: float
+    cpu_cap_pct: float
+    gpu_cap_pct: float
+    measured_power_w: float
+    source: str
+    power_trend_w_per_min: float
+    power_headroom: float
+    cooling_stress: float
+    psu_stress: float
+    hardware_density: float
+    estimated_pue: float
+
+
+def _clamp(value: float, low: float = 0.0, high: float = 100.0) -> float:
+    return min(max(value, low), high)
+
+
+def _positive(value: float | None) -> float:
+    """``value`` when it is a finite number above 0, else 0."""
+    if value is None or not math.isfinite(value) or value <= 0:
+        return 0.0
+    return float(value)
+
+
+def _pct(value: float | None) -> float:
+    """A cap percentage as the formulas use it: 100 when unset or not positive."""
+    return min(value, 100.0) if value is not None and math.isfinite(value) and value > 0 else 100.0
+
+
+def resolved_cap_pct(
+    pct_of_max: float | None, watts: float | None, max_watts: float | None
+) -> float | None:
+    """The cap of one device class in percent of its maximum, from a NodeTwin.spec intent.
+
+    A percentage wins; an absolute cap in watts is expressed against ``max_watts`` (a GPU node's
+    CPU is capped in watts, usually far above its TDP, which reads as 100). None when the intent
+    gives neither, or watts without a known maximum: uncapped, as far as the twin can tell.
+    """
+    if pct_of_max is not None and pct_of_max > 0:
+        return min(float(pct_of_max), 100.0)
+    if watts is not None and watts > 0 and max_watts is not None and max_watts > 0:
+        return min(watts / max_watts * 100.0, 100.0)
+    return None
+
+
+def ambient_multiplier(ambient_c: float | None) -> float:
+    """How much the ambient temperature amplifies cooling stress: 1 at 20 degC, +2 % per degree
+    above it, at most 2 (from 45 degC); 1 when the ambient is unknown (None, 0 or below)."""
+    if ambient_c is None or not math.isfinite(ambient_c) or ambient_c <= 0:
+        return 1.0
+    return 1.0 / max(0.5, 1.0 - (ambient_c - 20.0) * 0.02)
+
+
+def power_headroom(node_capped_w: float, measured_w: float) -> float:
+    if node_capped_w <= 0:
+        return 100.0
+    return min(100.0, (node_capped_w - measured_w) / node_capped_w * 100.0)
+
+
+def cooling_stress(node_tdp_w: float, measured_w: float, ambient_c: float | None) -> float:
+    if node_tdp_w <= 0:
+        return 0.0
+    return _clamp(measured_w / node_tdp_w * ambient_multiplier(ambient_c) * 100.0)
+
+
+def psu_stress(rack_power_w: float | None, cluster_power_w: float | None) -> float:
+    rack = _positive(rack_power_w)
+    power = rack if rack > 0 else _positive(cluster_power_w)
+    return _clamp(power / PSU_CAPACITY_W * 100.0)
+
+
+def hardware_density(total_cores: int | None, gpu_count: int) -> float:
+    cpu_score = max(total_cores or 0, 0) / REFERENCE_CORES * 100.0
+    if gpu_count > 0:
+        return _clamp((cpu_score + gpu_count / REFERENCE_GPUS * 100.0) / 2.0)
+    return _clamp(cpu_score)
+
+
+def estimated_pue(cooling: float) -> float:
+    return PUE_FLOOR + cooling / 100.0 * PUE_SPAN
+
+
+def compute(twin: TwinInput) -> TwinOutput:
+    """The NodeTwin.status figures of one node (exact; :func:`status_fields` rounds them)."""
+    hw = twin.hardware
+    per_socket = _positive(hw.cpu_max_watts_per_socket)
+    sockets = hw.sockets if hw.sockets is not None and hw.sockets > 0 else 1
+    cpu_tdp = per_socket * sockets
+    gpu_count = max(hw.gpu_count, 0)
+    gpu_tdp = _positive(hw.gpu_max_watts) * gpu_count
+    node_tdp = cpu_tdp + gpu_tdp
+    cpu_pct, gpu_pct = _pct(twin.cpu_cap_pct), _pct(twin.gpu_cap_pct)
+    cpu_capped = cpu_tdp * cpu_pct / 100.0
+    gpu_capped = gpu_tdp * gpu_pct / 100.0
+    node_capped = cpu_capped + gpu_capped
+    measured = _positive(twin.measured_power_w)
+    cooling = cooling_stress(node_tdp, measured, twin.ambient_c)
+    trend = twin.power_trend_w_per_min
+    return TwinOutput(
+        schedulable_class=twin.schedulable_class,
+        cpu_tdp_w=cpu_tdp,
+        gpu_tdp_w=gpu_tdp,
+        node_tdp_w=node_tdp,
+        cpu_capped_power_w=cpu_capped,
+        gpu_capped_power_w=gpu_capped,
+        node_capped_power_w=node_capped,
+        cpu_cap_pct=cpu_pct,
+        gpu_cap_pct=gpu_pct,
+        measured_power_w=measured,
+        source=twin.source,
+        power_trend_w_per_min=trend if math.isfinite(trend) else 0.0,
+        power_headroom=power_headroom(node_capped, measured),
+        cooling_stress=cooling,
+        psu_stress=psu_stress(twin.rack_power_w, twin.cluster_power_w),
+        hardware_density=hardware_density(hw.total_cores, gpu_count),
+        estimated_pue=estimated_pue(cooling),
+    )
+
+
+DISPLAY_DIGITS: Final[Mapping[str, int]] = {
+    "watts": 0,
+    "trend": 1,
+    "score": 1,
+    "pct": 1,
+    "pue": 2,
+}
+"""Decimal places each kind of figure is written with. A status write happens only when a value
+changes at this precision, so measurement noise below it costs no API write."""
+
+
+def _round(value: float, kind: str) -> float | int:
+    digits = DISPLAY_DIGITS[kind]
+    rounded = round(value, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return int(rounded) if digits == 0 else rounded
+
+
+def status_fields(out: TwinOutput) -> dict[str, Any]:
+    """The twin's part of NodeTwin.status in wire form, rounded to display precision."""
+    return {
+        "schedulableClass": str(out.schedulable_class),
+        "predictedPowerHeadroomScore": _round(out.power_headroom, "score"),
+        "predictedCoolingStressScore": _round(out.cooling_stress, "score"),
+        "predictedPsuStressScore": _round(out.psu_stress, "score"),
+        "hardwareDensityScore": _round(out.hardware_density, "score"),
+        "estimatedPUE": _round(out.estimated_pue, "pue"),
+        "effectiveCapState": {
+            "cpuPct": _round(out.cpu_cap_pct, "pct"),
+            "gpuPct": _round(out.gpu_cap_pct, "pct"),
+        },
+        "powerMeasurement": {
+            "source": out.source,
+            "measuredNodePowerW": _round(out.measured_power_w, "watts"),
+            "cpuCappedPowerW": _round(out.cpu_capped_power_w, "watts"),
+            "gpuCappedPowerW": _round(out.gpu_capped_power_w, "watts"),
+            "nodeCappedPowerW": _round(out.node_capped_power_w, "watts"),
+            "cpuTdpW": _round(out.cpu_tdp_w, "watts"),
+            "gpuTdpW": _round(out.gpu_tdp_w, "watts"),
+            "nodeTdpW": _round(out.node_tdp_w, "watts"),
+            "powerTrendWPerMin": _round(out.power_trend_w_per_min, "trend"),
+        },
+    }
+
+
+# --- measurement state and freshness --------------------------------------------------------
+
+FAILED_SUFFIXES: Final = ("-error", "-no-data")
+"""powerMeasurement.source ends in one of these when the last read of the node failed: ``-error``
+when the source could not be read at all (or gave an unusable answer), ``-no-data`` when it
+answered without a value for this node. The figures then are the last good ones."""
+
+
+def looks_like_energy(measured_w: float, node_tdp_w: float) -> bool:
+    """A reading above twice the node's TDP: most likely a cumulative joules counter read as
+    watts (worth one warning per node; the reading is still used as given)."""
+    return node_tdp_w > 0 and measured_w > 2 * node_tdp_w
+
+
+def measurement_failed(source: str | None) -> bool:
+    return source is None or source.endswith(FAILED_SUFFIXES)
+
+
+def twin_is_fresh(
+    source: str | None,
+    lease_renewed_at: float | None,
+    lease_duration_s: float | None,
+    now: float,
+) -> bool:
+    """Whether a NodeTwin's status can be trusted as current (the extender scores others neutral).
+
+    The manager writes a twin's status only when a figure changes, so a status timestamp would say
+    nothing. Instead freshness comes from what is written anyway:
+
+    * the manager's Lease is renewed within its duration: the manager that maintains every twin
+      is alive (a stopped or partitioned manager stops renewing, and all twins go stale together);
+    * the twin's own ``powerMeasurement.source`` is not a failure marker: the last read of this
+      node succeeded (a failed read is written as ``<source>-error`` or ``<source>-no-data``).
+
+    Times are seconds on one clock (for example epoch seconds of the Lease's renewTime).
+    """
+    if lease_renewed_at is None or lease_duration_s is None:
+        return False
+    if now - lease_renewed_at > lease_duration_s:
+        return False
+    return not measurement_failed(source)
+
+
+# --- trend ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PowerHistory:
+    """Recent readings per node, for the power trend in W/min.
+
+    The trend is the least-squares slope of the readings within ``window_s`` of the newest: with
+    two readings it is their difference over the time between them, and with more a single noisy
+    reading moves it less than an end-to-end difference would.
+    """
+
+    window_s: float
+    min_span_s: float = 6.0
+    """Readings closer together than this give no trend (a burst of reads is not a rate)."""
+    _samples: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+
+    def record(self, node: str, at: float, watts: float) -> None:
+        samples = self._samples.setdefault(node, deque())
+        if samples and at <= samples[-1][0]:
+            return  # time did not move: keep the first reading of that instant
+        samples.append((at, watts))
+        while samples and samples[0][0] < at - self.window_s:
+            samples.popleft()
+
+    def known(self, node: str) -> bool:
+        """Whether the node has readings spanning enough time to give a trend."""
+        samples = self._samples.get(node)
+        if not samples:
+            return False
+        return samples[-1][0] - samples[0][0] >= self.min_span_s
+
+    def trend(self, node: str) -> float:
+        """W/min over the window; 0 until :meth:`known`."""
+        if not self.known(node):
+            return 0.0
+        return _slope(self._samples[node]) * 60.0
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the history of every node not in ``keep`` (nodes that disappeared)."""
+        kept = set(keep)
+        for node in [n for n in self._samples if n not in kept]:
+            del self._samples[node]
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
+def _slope(samples: Iterable[tuple[float, float]]) -> float:
+    points = list(samples)
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_w = sum(w for _, w in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var <= 0:
+        return 0.0
+    return sum((t - mean_t) * (w - mean_w) for t, w in points) / var
