@@ -36,3 +36,24 @@ def label_gpu_model(
     return _first(
         annotations.get(keys.HW_GPU_MODEL_ANNOTATION), labels.get(keys.HW_GPU_MODEL_LABEL), product
     )
+
+
+def _count(value: str | None) -> int | None:
+    """A positive whole count from a label value, else None."""
+    try:
+        count = int(value) if value is not None else 0
+    except ValueError:
+        return None
+    return count if count > 0 else None
+
+
+def label_cpu_sockets(labels: Mapping[str, str]) -> int | None:
+    """CPU sockets from the hardware label, else the NFD label; None when neither is a count."""
+    return _count(labels.get(keys.HW_CPU_SOCKETS_LABEL)) or _count(
+        labels.get(keys.NFD_CPU_SOCKETS_LABEL)
+    )
+
+
+def label_cpu_cores(labels: Mapping[str, str]) -> int | None:
+    """Physical CPU cores of the node from the hardware label; None when absent or not a count."""
+    return _count(labels.get(keys.HW_CPU_CORES_LABEL))

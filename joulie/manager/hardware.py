@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 from joulie.api import keys
 from joulie.api.gpu import node_gpu_count
-from joulie.api.hardware_labels import label_cpu_model, label_gpu_model
+from joulie.api.hardware_labels import (
+    label_cpu_cores,
+    label_cpu_model,
+    label_cpu_sockets,
+    label_gpu_model,
+)
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.family import hardware_family
 from joulie.core.intents import CapRange
@@ -37,6 +42,10 @@ class HardwareView:
     """:func:`joulie.core.family.hardware_family` of the models above."""
     catalog_gpu_range: CapRange | None
     """``(min_w, max_w)`` of the recognised GPU model in the catalog, for ``node_twin_spec``."""
+    cpu_max_w_per_socket: float | None = None
+    """Maximum package power of one socket: the agent's cap range, else the catalog TDP."""
+    sockets: int | None = None
+    total_cores: int | None = None
 
 
 def _first(*values: str | None) -> str | None:
@@ -72,7 +81,15 @@ def hardware_view(
         label_cpu_model(labels, annotations),
     )
     cpu_key = cpu.model if cpu and cpu.model in catalog.cpus else None
-    cpu_model = _resolve(cpu_key or catalog.match_cpu(cpu_raw).key, cpu_raw)
+    cpu_key = cpu_key or catalog.match_cpu(cpu_raw).key
+    cpu_model = _resolve(cpu_key, cpu_raw)
+    per_socket = cpu.cap_range.max_watts_per_socket if cpu and cpu.cap_range else None
+    if not per_socket and cpu_key is not None:
+        per_socket = catalog.cpu(cpu_key).tdp_w
+    sockets = (cpu.sockets if cpu else None) or label_cpu_sockets(labels)
+    cores = (cpu.total_cores if cpu else None) or label_cpu_cores(labels)
+    if cores is None and sockets and cpu_key is not None:
+        cores = catalog.cpu(cpu_key).cores * sockets
 
     if gpu is not None and gpu.count is not None:
         gpu_count = gpu.count if gpu.present is not False else 0
@@ -100,4 +117,7 @@ def hardware_view(
         gpu_count=gpu_count,
         family=hardware_family(cpu_model, gpu_model, gpu_count),
         catalog_gpu_range=gpu_range,
+        cpu_max_w_per_socket=per_socket or None,
+        sockets=sockets or None,
+        total_cores=cores or None,
     )

@@ -36,6 +36,7 @@ from joulie.core.intents import (
     transition_event,
 )
 from joulie.core.policy import Plan, PlanNode, family_split, plan
+from joulie.core.twin import TwinHardware
 from joulie.kube.client import KubeClient
 from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.informer import Handlers, Informer
@@ -52,8 +53,11 @@ from joulie.kube.projections import (
 from joulie.kube.workqueue import WorkQueue, run_workers
 from joulie.kube.writes import Writer
 from joulie.manager.config import intent_config, policy_inputs
+from joulie.manager.facility import FacilityPoller, FacilityReading
 from joulie.manager.hardware import HardwareView, hardware_view
+from joulie.manager.power import PowerReader, PowerReading, build_source
 from joulie.manager.settings import ManagerSettings
+from joulie.manager.twin_status import TwinTracker, twin_hardware
 from joulie.sim.catalog import Catalog
 
 log = structlog.get_logger("joulie.manager")
@@ -178,8 +182,13 @@ class ManagerRole:
         self._views: dict[str, tuple[Any, ...]] = {}
         self._parsed: dict[str, tuple[Any, NodeHardwareStatus | None]] = {}
         self._wire: dict[str, tuple[NodeIntent, dict[str, Any]]] = {}
+        self._twin_hw: dict[str, tuple[Any, ...]] = {}
         self._writes = 0
         """Writes this role sent (for the reconcile log line)."""
+        # Event-triggered reconciles between two ticks reuse the tick's power reading.
+        self._power = PowerReader(build_source(settings), settings.reconcile_interval / 2)
+        self._twin = TwinTracker(settings.node_power_trend_window)
+        self._facility = FacilityPoller(settings) if settings.enable_facility_metrics else None
 
     # --- what the runtime reads -----------------------------------------------------------
 
@@ -220,6 +229,8 @@ class ManagerRole:
         self._elector = elector
         tasks = [asyncio.create_task(i.run(stopping)) for i in self._informers]
         tasks.append(asyncio.create_task(elector.run(stopping)))
+        if self._facility is not None:
+            tasks.append(asyncio.create_task(self._facility.run(stopping)))
         worker = asyncio.create_task(self._work(queue, stopping))
         try:
             await stopping.wait()
@@ -227,6 +238,7 @@ class ManagerRole:
             queue.shutdown()
             await asyncio.gather(worker, return_exceptions=True)
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self._power.close()
             if self._client is None:
                 await client.close()
 
@@ -385,6 +397,8 @@ class ManagerRole:
         started = time.perf_counter()
         nodes, hardware, views, plan_nodes, perf_pods, result = self.planned()
         writes_before = self._writes
+        reading = await self._power.reading([n.name for n in nodes])
+        facility = self._facility.latest if self._facility is not None else FacilityReading()
         performing: set[str] = set()
         transitions = {"deferred": 0, "applied": 0}
         for node in nodes:
@@ -392,9 +406,11 @@ class ManagerRole:
             intent = self._intent(node, result, views[node.name], status)
             if intent.schedulable_class is SchedulableClass.PERFORMANCE:
                 performing.add(node.name)
-            event = await self._write_node(node, intent, present, status)
+            twin = self._twin_status(node, intent, views[node.name], status, reading, facility)
+            event = await self._write_node(node, intent, present, status, twin)
             if event is not None:
                 transitions[event] += 1
+        self._twin.forget(n.name for n in nodes)
         deleted = await self._delete_orphans()
         self._record(plan_nodes, result, perf_pods, frozenset(performing))
         RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -450,12 +466,45 @@ class ManagerRole:
         self._intents[node.name] = (node, view, status, key, intent)
         return intent
 
+    def _twin_hardware(
+        self, node: SlimNode, view: HardwareView, status: NodeHardwareStatus | None
+    ) -> TwinHardware:
+        cached = self._twin_hw.get(node.name)
+        if cached is not None and cached[0] is view and cached[1] is status:
+            return cached[2]  # type: ignore[no-any-return]
+        found = twin_hardware(view, status, node.labels, self._config)
+        self._twin_hw[node.name] = (view, status, found)
+        return found
+
+    def _twin_status(
+        self,
+        node: SlimNode,
+        intent: NodeIntent,
+        view: HardwareView,
+        status: NodeHardwareStatus | None,
+        reading: PowerReading,
+        facility: FacilityReading,
+    ) -> dict[str, Any]:
+        twin = self.twins.get(node.name)
+        return self._twin.status(
+            node.name,
+            intent.spec,
+            intent.schedulable_class,
+            self._twin_hardware(node, view, status),
+            reading.nodes[node.name],
+            reading.at,
+            facility,
+            node.labels,
+            ((twin or {}).get("status") or {}),
+        )
+
     async def _write_node(
         self,
         node: SlimNode,
         intent: NodeIntent,
         hardware_present: bool,
         status: NodeHardwareStatus | None,
+        twin_fields: dict[str, Any],
     ) -> str | None:
         """Write the node's twin spec, profile label and twin status where they differ; returns
         the transition recorded, if any."""
@@ -484,17 +533,19 @@ class ManagerRole:
             observed={"metadata": {"labels": dict(node.labels)}},
         ):
             self._writes += 1
-        await self._write_status(node.name, twin, intent, hardware_present, status)
+        await self._write_status(node.name, twin, twin_fields, hardware_present, status)
         return await self._transition(node, twin, intent.schedulable_class)
 
     async def _write_status(
         self,
         name: str,
         twin: Mapping[str, Any] | None,
-        intent: NodeIntent,
+        twin_fields: dict[str, Any],
         hardware_present: bool,
         status: NodeHardwareStatus | None,
     ) -> None:
+        """Apply the manager's part of the twin's status when any of it differs from what is
+        stored (figures are rounded to display precision, so noise below it writes nothing)."""
         now = datetime.now(UTC)
         reporting = agent_reporting(hardware_present, _updated_at(status), now)
         condition = {
@@ -504,17 +555,15 @@ class ManagerRole:
             "message": reporting.message,
             "lastTransitionTime": _transition_time(twin, reporting.status, now),
         }
-        schedulable_class = str(intent.schedulable_class)
+        desired_status = {**twin_fields, "conditions": [condition]}
         observed = (twin or {}).get("status") or {}
-        if observed.get("schedulableClass") == schedulable_class and observed.get("conditions") == [
-            condition
-        ]:
+        if all(_same(observed.get(k), v) for k, v in desired_status.items()):
             return
         desired = {
             "apiVersion": keys.API_VERSION,
             "kind": keys.NODE_TWIN_KIND,
             "metadata": {"name": name},
-            "status": {"schedulableClass": schedulable_class, "conditions": [condition]},
+            "status": desired_status,
         }
         if await self._writer.apply(f"{NODETWINS}/{name}/status", desired, observed={}):
             self._writes += 1
@@ -553,7 +602,7 @@ class ManagerRole:
                 deleted += 1
                 self._writes += 1
             self._classes.pop(name, None)
-        for cache in (self._intents, self._views, self._parsed, self._wire):
+        for cache in (self._intents, self._views, self._parsed, self._wire, self._twin_hw):
             for name in [n for n in cache if n not in existing]:
                 del cache[name]
         return deleted

@@ -194,8 +194,14 @@ class ManagerSettings(EnvSettings):
     """NODE_POWER_SOURCE=prometheus: base URL of the Prometheus server."""
     node_power_prometheus_query: str = ""
     """NODE_POWER_SOURCE=prometheus: one PromQL query returning watts, one series per node."""
-    node_power_prometheus_node_label: str = "node"
+    node_power_prometheus_node_label: Annotated[str, Field(min_length=1)] = "node"
     """NODE_POWER_SOURCE=prometheus: the series label that holds the node name."""
+    node_power_timeout: Duration = 5.0
+    """Time limit of one request to the power source (and to Prometheus for facility metrics)."""
+    node_power_http_concurrency: Annotated[int, Field(ge=1, le=1024)] = 32
+    """NODE_POWER_SOURCE=http: telemetry requests in flight at once."""
+    node_power_trend_window: Duration = 300.0
+    """Readings within this span of the newest give a node's power trend (W/min)."""
 
     # -- facility -----------------------------------------------------------------------------
     enable_facility_metrics: bool = False
@@ -208,6 +214,12 @@ class ManagerSettings(EnvSettings):
     """PromQL for the ambient temperature in degrees Celsius."""
     facility_it_power_metric: str = "datacenter_total_it_power_watts"
     """PromQL for the total IT power in watts."""
+    facility_rack_power_metric: str = "datacenter_rack_power_watts"
+    """PromQL for the power of each rack in watts, one series per rack; empty disables rack power
+    (PSU stress then uses the IT power)."""
+    facility_rack_label: Annotated[str, Field(min_length=1)] = "rack"
+    """The series label of FACILITY_RACK_POWER_METRIC that names the rack, matched against the
+    nodes' joulie.io/rack label."""
 
     def check(self) -> list[Problem]:
         problems = []

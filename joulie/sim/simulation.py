@@ -17,7 +17,7 @@ import structlog
 from joulie.api import keys
 from joulie.api.enums import ControlResult
 from joulie.api.gpu import node_gpu_count
-from joulie.api.hardware_labels import label_cpu_model, label_gpu_model
+from joulie.api.hardware_labels import label_cpu_model, label_cpu_sockets, label_gpu_model
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.telemetry import (
     AppliedControls,
@@ -57,13 +57,6 @@ GENERIC_GPU = (30.0, 300.0, 100.0, 0.6)  # idle, max, min cap (W per GPU), speed
 CPU_MIN_CAP_FRACTION = 0.5
 
 
-def _label_int(node: SlimNode, key: str, default: int) -> int:
-    try:
-        return max(int(node.labels.get(key, default)), 0)
-    except ValueError:
-        return default
-
-
 def _cores(node: SlimNode) -> float:
     try:
         return max(float(parse_quantity(node.allocatable.get("cpu", "1"))), 1.0)
@@ -73,7 +66,7 @@ def _cores(node: SlimNode) -> float:
 
 def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, HardwareSummary]:
     """The power spec of a node from its hardware labels and annotations, via the catalog."""
-    sockets = max(_label_int(node, keys.HW_CPU_SOCKETS_LABEL, 1), 1)
+    sockets = label_cpu_sockets(node.labels) or 1
     cpu_raw = label_cpu_model(node.labels, node.annotations)
     cpu_match = catalog.match_cpu(cpu_raw)
     cpu: CpuPowerSpec | None = None

@@ -1,0 +1,158 @@
+"""Glue between the manager's caches and :mod:`joulie.core.twin`: one node's twin input from its
+hardware view, its NodeTwin intent, the latest power reading and the facility figures, and the
+per-node memory the twin needs across reconciles (power history, one-shot warnings).
+
+Nothing is lost on restart: a node whose read failed keeps the measurement already written in
+its NodeTwin.status, and until the new process has readings spanning enough time for a trend, the
+trend already written stands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from joulie.api import keys
+from joulie.api.enums import SchedulableClass
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.core.intents import IntentConfig, gpu_cap_range, gpu_product_label
+from joulie.core.twin import (
+    PowerHistory,
+    TwinHardware,
+    TwinInput,
+    compute,
+    looks_like_energy,
+    resolved_cap_pct,
+    status_fields,
+)
+from joulie.manager.facility import FacilityReading
+from joulie.manager.hardware import HardwareView
+from joulie.manager.power import NodePower
+
+log = structlog.get_logger("joulie.manager.twin")
+
+__all__ = ["TwinTracker", "cap_percentages", "twin_hardware"]
+
+
+def twin_hardware(
+    view: HardwareView,
+    hardware: NodeHardwareStatus | None,
+    labels: Mapping[str, str],
+    config: IntentConfig,
+) -> TwinHardware:
+    """The twin's hardware figures; the GPU maximum comes from the same range the GPU caps are
+    resolved against (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON)."""
+    gpu_max: float | None = None
+    if view.gpu_count > 0:
+        product = gpu_product_label(labels, config.gpu_product_label_keys)
+        found = gpu_cap_range(hardware, view.catalog_gpu_range, product, config.gpu_model_caps)
+        gpu_max = found[1] if found is not None else None
+    return TwinHardware(
+        cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
+        sockets=view.sockets,
+        total_cores=view.total_cores,
+        gpu_count=view.gpu_count,
+        gpu_max_watts=gpu_max,
+    )
+
+
+def cap_percentages(spec: NodeTwinSpec, hw: TwinHardware) -> tuple[float | None, float | None]:
+    """The CPU and GPU caps of an intent in percent of maximum (absolute caps are expressed
+    against the per-socket and per-GPU maxima they are written against)."""
+    cpu = spec.cpu
+    gpu_cap = spec.gpu.power_cap if spec.gpu is not None else None
+    return (
+        resolved_cap_pct(
+            cpu.package_power_cap_pct_of_max if cpu else None,
+            cpu.package_power_cap_watts if cpu else None,
+            hw.cpu_max_watts_per_socket,
+        ),
+        resolved_cap_pct(
+            gpu_cap.cap_pct_of_max if gpu_cap else None,
+            gpu_cap.cap_watts_per_gpu if gpu_cap else None,
+            hw.gpu_max_watts,
+        ),
+    )
+
+
+def _observed_number(measurement: Mapping[str, Any], key: str) -> float | None:
+    value = measurement.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+class TwinTracker:
+    """The twin's memory across reconciles, for every node the manager plans."""
+
+    def __init__(self, trend_window_s: float) -> None:
+        self.history = PowerHistory(window_s=trend_window_s)
+        self._warned: set[str] = set()
+        """Nodes already warned of a reading above twice their TDP."""
+
+    def status(
+        self,
+        node: str,
+        intent_spec: NodeTwinSpec,
+        schedulable_class: SchedulableClass,
+        hardware: TwinHardware,
+        power: NodePower,
+        read_at: float,
+        facility: FacilityReading,
+        labels: Mapping[str, str],
+        observed: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The twin's NodeTwin.status fields for ``node`` (wire form, display precision).
+
+        ``observed`` is the node's NodeTwin.status as last seen; ``read_at`` the time of the read
+        that produced ``power``.
+        """
+        measurement = observed.get("powerMeasurement") or {}
+        if power.watts is not None:
+            watts = power.watts
+            self.history.record(node, read_at, watts)
+        else:
+            # The read failed: keep the last good figure, and say so in the source.
+            watts = _observed_number(measurement, "measuredNodePowerW") or 0.0
+        if self.history.known(node):
+            trend = self.history.trend(node)
+        else:
+            trend = _observed_number(measurement, "powerTrendWPerMin") or 0.0
+        cpu_pct, gpu_pct = cap_percentages(intent_spec, hardware)
+        rack = labels.get(keys.RACK_LABEL)
+        out = compute(
+            TwinInput(
+                hardware=hardware,
+                schedulable_class=schedulable_class,
+                cpu_cap_pct=cpu_pct,
+                gpu_cap_pct=gpu_pct,
+                measured_power_w=watts,
+                source=power.source,
+                power_trend_w_per_min=trend,
+                ambient_c=facility.ambient_c,
+                rack_power_w=facility.rack_power_w.get(rack) if rack else None,
+                cluster_power_w=facility.it_power_w,
+            )
+        )
+        suspicious = power.watts is not None and looks_like_energy(power.watts, out.node_tdp_w)
+        if suspicious and node not in self._warned:
+            self._warned.add(node)
+            log.warning(
+                "measured power is above twice the node's TDP: is the source a cumulative "
+                "joules counter read as watts?",
+                node=node,
+                source=power.source,
+                measured_w=round(out.measured_power_w, 1),
+                node_tdp_w=round(out.node_tdp_w, 1),
+            )
+        return status_fields(out)
+
+    def forget(self, existing: Iterable[str]) -> None:
+        """Drop what is kept of nodes that are gone."""
+        keep = set(existing)
+        self.history.forget(keep)
+        self._warned &= keep
