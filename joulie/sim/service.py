@@ -78,6 +78,7 @@ class SimulationCollector(Collector):
         energy = CounterMetricFamily(
             "joulie_sim_node_energy_joules", "Simulated energy used by the node", labels=["node"]
         )
+        racks: dict[str, float] = {}
         for name, node in self._sim.nodes.items():
             state = node.state
             gpu_w = state.gpu_w_per_gpu * node.hardware.gpu_count
@@ -85,7 +86,17 @@ class SimulationCollector(Collector):
             cpu.add_metric([name], state.cpu_w)
             gpu.add_metric([name], gpu_w)
             energy.add_metric([name], state.cpu_energy_j + state.gpu_energy_j)
+            if node.rack:
+                racks[node.rack] = racks.get(node.rack, 0.0) + state.cpu_w + gpu_w
         yield from (power, cpu, gpu, energy)
+        rack = GaugeMetricFamily(
+            "joulie_sim_rack_power_watts",
+            "Simulated power of the nodes carrying each joulie.io/rack label",
+            labels=["rack"],
+        )
+        for name, watts in sorted(racks.items()):
+            rack.add_metric([name], watts)
+        yield rack
         pue, cooling = self._sim.facility(it_power)
         yield GaugeMetricFamily(
             "joulie_sim_cluster_it_power_watts", "Simulated IT power of all nodes", value=it_power

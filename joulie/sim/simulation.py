@@ -169,6 +169,8 @@ class SimNode:
     controls: Controls
     state: NodePowerState
     load: Load
+    rack: str | None = None
+    """The node's joulie.io/rack label: the simulator reports power per rack."""
 
 
 class UnknownNode(KeyError):
@@ -199,11 +201,13 @@ class Simulation:
             sim = SimNode(
                 node.name, spec, hardware, _cores(node), Controls(), initial_state(spec, t), Load()
             )
+            sim.rack = node.labels.get(keys.RACK_LABEL) or None
             self.nodes[node.name] = sim
             self._reload(sim, t)
             return
         self._advance(current, t)
         current.spec, current.hardware, current.cores = spec, hardware, _cores(node)
+        current.rack = node.labels.get(keys.RACK_LABEL) or None
         self._reload(current, t)
 
     def remove_node(self, name: str) -> None:
