@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
@@ -61,6 +61,7 @@ from joulie.manager.twin_status import TwinTracker, twin_hardware
 from joulie.sim.catalog import Catalog
 
 log = structlog.get_logger("joulie.manager")
+_T = TypeVar("_T")
 
 FIELD_MANAGER = "joulie-manager"
 LEASE_NAME = "joulie-manager"
@@ -69,6 +70,9 @@ RECONCILE_KEY = "reconcile"
 NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
 NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
 DEFERRED_REASON = "DowngradeDeferred"
+WRITE_CONCURRENCY = 16
+"""Nodes whose writes are in flight at once (the first reconcile of a large cluster writes three
+objects per node)."""
 
 FAMILY_NODES = Gauge("joulie_policy_family_nodes", "Eligible nodes per hardware family", ["family"])
 FAMILY_PERFORMANCE = Gauge(
@@ -401,13 +405,18 @@ class ManagerRole:
         facility = self._facility.latest if self._facility is not None else FacilityReading()
         performing: set[str] = set()
         transitions = {"deferred": 0, "applied": 0}
-        for node in nodes:
-            present, status = hardware[node.name]
-            intent = self._intent(node, result, views[node.name], status)
-            if intent.schedulable_class is SchedulableClass.PERFORMANCE:
-                performing.add(node.name)
-            twin = self._twin_status(node, intent, views[node.name], status, reading, facility)
-            event = await self._write_node(node, intent, present, status, twin)
+
+        def work() -> Iterator[Awaitable[str | None]]:
+            for node in nodes:
+                present, status = hardware[node.name]
+                view = views[node.name]
+                intent = self._intent(node, result, view, status)
+                if intent.schedulable_class is SchedulableClass.PERFORMANCE:
+                    performing.add(node.name)
+                twin = self._twin_status(node, intent, view, status, reading, facility)
+                yield self._write_node(node, intent, present, status, twin)
+
+        for event in await _drain(work(), WRITE_CONCURRENCY):
             if event is not None:
                 transitions[event] += 1
         self._twin.forget(n.name for n in nodes)
@@ -617,6 +626,23 @@ class ManagerRole:
             FAMILY_PERFORMANCE.labels(family).set(performance)
         HP_COUNT.set(result.hp_count)
         PERFORMANCE_PODS.set(perf_pods)
+
+
+async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
+    """Await ``jobs`` with at most ``concurrency`` in flight, taking the next one only when a slot
+    is free. A job that needs no I/O finishes without yielding, so a reconcile with nothing to
+    write costs no more than a plain loop; one that writes thousands of nodes overlaps them."""
+    results: list[_T] = []
+
+    async def worker() -> None:
+        for job in jobs:  # one shared iterator: each job is taken by exactly one worker
+            results.append(await job)
+
+    # A failing job cancels the others: the reconcile is retried as a whole.
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())
+    return results
 
 
 def _transition_time(twin: Mapping[str, Any] | None, status: ConditionStatus, now: datetime) -> str:
