@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from joulie.manager.settings import ManagerSettings
 from joulie.roles import load_settings, parse_roles
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
@@ -134,3 +135,20 @@ def test_scheduler_config_example_points_at_the_extender_service() -> None:
     assert extender["urlPrefix"] == f"http://joulie-extender.joulie-system.svc:{port}"
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is True
+
+
+def test_kwok_overlay_points_the_manager_at_the_simulator() -> None:
+    spec = yaml.safe_load((MANIFESTS / "kwok" / "kustomization.yaml").read_text())
+    (patch,) = [p for p in spec["patches"] if p["target"]["name"] == "joulie-manager"]
+    added = [op["value"] for op in yaml.safe_load(patch["patch"])]
+    (manager,) = [w for w in workloads() if w["metadata"]["name"] == "joulie-manager"]
+    (container,) = manager["spec"]["template"]["spec"]["containers"]
+    env = {**_env(container), **_env({"env": added})}
+    loaded = load_settings(parse_roles("manager"), env)
+    assert [str(p) for item in loaded for p in item.problems] == []
+    (settings,) = [item.settings for item in loaded if isinstance(item.settings, ManagerSettings)]
+    assert settings.node_power_source == "http"
+    # The endpoint names the simulator Service's port.
+    service = next(o for o in by_kind("Service") if o["metadata"]["name"] == "joulie-simulator")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http-sim")
+    assert f"joulie-simulator.joulie-system.svc:{port}/" in env["NODE_POWER_HTTP_ENDPOINT"]
