@@ -71,3 +71,31 @@ def test_gpu_count_from_labels_or_allocatable() -> None:
     # Only MIG slices: the node has GPUs, but the slices do not say how many boards.
     assert node_gpu_count({}, {"nvidia.com/mig-1g.10gb": "7"}) == 1
     assert node_gpu_count({}, {"cpu": "8"}) == 0
+
+
+def test_twin_figures_from_nodehardware_then_labels_then_catalog() -> None:
+    # The spec's NodeHardware example: sockets and cores as the agent reported them; no cap range,
+    # so the per-socket maximum is the catalog TDP of the recognised model.
+    status = example_status().status
+    view = hardware_view(status, {}, {}, {}, CATALOG)
+    assert (view.sockets, view.total_cores) == (2, 96)
+    assert view.cpu_max_w_per_socket == CATALOG.cpu("INTEL_XEON_PLATINUM_8260").tdp_w
+    # A cap range the agent read from the hardware wins over the catalog.
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["status"]["cpu"]["capRange"] = {"maxWattsPerSocket": 205}
+    ranged = NodeHardware.model_validate(raw).status
+    assert hardware_view(ranged, {}, {}, {}, CATALOG).cpu_max_w_per_socket == 205
+
+    labels = {
+        keys.HW_CPU_MODEL_LABEL: "AMD-EPYC-9654",
+        keys.HW_CPU_SOCKETS_LABEL: "2",
+        keys.HW_CPU_CORES_LABEL: "192",
+    }
+    view = hardware_view(None, labels, {}, {"cpu": "384"}, CATALOG)
+    assert (view.sockets, view.total_cores, view.cpu_max_w_per_socket) == (2, 192, 360)
+    # NFD's socket label when Joulie's is missing; cores from the catalog's cores per socket.
+    nfd = {keys.HW_CPU_MODEL_LABEL: "AMD-EPYC-9654", keys.NFD_CPU_SOCKETS_LABEL: "2"}
+    assert hardware_view(None, nfd, {}, {}, CATALOG).total_cores == 192
+    # Nothing known: nothing invented (the twin then scores the node neutral).
+    bare = hardware_view(None, {keys.HW_CPU_SOCKETS_LABEL: "two"}, {}, {}, CATALOG)
+    assert (bare.sockets, bare.total_cores, bare.cpu_max_w_per_socket) == (None, None, None)
