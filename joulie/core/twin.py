@@ -321,6 +321,8 @@ class PowerHistory:
     min_span_s: float = 6.0
     """Readings closer together than this give no trend (a burst of reads is not a rate)."""
     _samples: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    _trends: dict[str, float] = field(default_factory=dict)
+    """The trend per node since its last reading (reconciles between readings reuse it)."""
 
     def record(self, node: str, at: float, watts: float) -> None:
         samples = self._samples.setdefault(node, deque())
@@ -329,6 +331,7 @@ class PowerHistory:
         samples.append((at, watts))
         while samples and samples[0][0] < at - self.window_s:
             samples.popleft()
+        self._trends.pop(node, None)
 
     def known(self, node: str) -> bool:
         """Whether the node has readings spanning enough time to give a trend."""
@@ -339,26 +342,39 @@ class PowerHistory:
 
     def trend(self, node: str) -> float:
         """W/min over the window; 0 until :meth:`known`."""
-        if not self.known(node):
-            return 0.0
-        return _slope(self._samples[node]) * 60.0
+        cached = self._trends.get(node)
+        if cached is not None:
+            return cached
+        trend = _slope(self._samples[node]) * 60.0 if self.known(node) else 0.0
+        self._trends[node] = trend
+        return trend
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the history of every node not in ``keep`` (nodes that disappeared)."""
         kept = set(keep)
         for node in [n for n in self._samples if n not in kept]:
             del self._samples[node]
+            self._trends.pop(node, None)
 
     def __len__(self) -> int:
         return len(self._samples)
 
 
-def _slope(samples: Iterable[tuple[float, float]]) -> float:
-    points = list(samples)
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_w = sum(w for _, w in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
+def _slope(samples: deque[tuple[float, float]]) -> float:
+    """Least-squares slope in W/s. Times are taken relative to the first sample, so that epoch
+    seconds squared do not swamp the differences."""
+    t0, w0 = samples[0]
+    if all(w == w0 for _, w in samples):
+        return 0.0  # the steady case, and the common one
+    n = len(samples)
+    sum_t = sum_w = sum_tt = sum_tw = 0.0
+    for t, w in samples:
+        dt = t - t0
+        sum_t += dt
+        sum_w += w
+        sum_tt += dt * dt
+        sum_tw += dt * w
+    var = sum_tt - sum_t * sum_t / n
     if var <= 0:
         return 0.0
-    return sum((t - mean_t) * (w - mean_w) for t, w in points) / var
+    return (sum_tw - sum_t * sum_w / n) / var
