@@ -628,11 +628,13 @@ def agent_reporting(
     if last_agent_write is not None:
         age = _utc(now) - _utc(last_agent_write)
         if age > AGENT_STALE_AFTER:
-            minutes = int(age.total_seconds() // 60)
+            # The message names the time of the last write, not its age: an age would change
+            # the condition, and so cost a write, every reconcile for as long as the agent is away.
+            last = _utc(last_agent_write).strftime("%Y-%m-%dT%H:%M:%SZ")
             return AgentReporting(
                 ConditionStatus.FALSE,
                 NODE_HARDWARE_STALE,
-                f"The agent last wrote NodeHardware {minutes} minutes ago (limit 15); "
+                f"The agent last wrote NodeHardware at {last}, over 15 minutes ago; "
                 "its caps may not be enforced.",
             )
     return AgentReporting(

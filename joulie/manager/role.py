@@ -28,6 +28,7 @@ from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.selector import LabelSelector, parse_selector
 from joulie.core.intents import (
     TRANSITION_DEFERRED,
+    AgentReporting,
     NodeIntent,
     agent_reporting,
     is_active_performance_pod,
@@ -187,6 +188,10 @@ class ManagerRole:
         self._parsed: dict[str, tuple[Any, NodeHardwareStatus | None]] = {}
         self._wire: dict[str, tuple[NodeIntent, dict[str, Any]]] = {}
         self._twin_hw: dict[str, tuple[Any, ...]] = {}
+        self._verified: dict[str, tuple[Any, ...]] = {}
+        """Per node: the inputs last found to need no write (see _write_node)."""
+        self._now = datetime.now(UTC)
+        """The time of the current reconcile (one clock read, not one per node)."""
         self._writes = 0
         """Writes this role sent (for the reconcile log line)."""
         # Event-triggered reconciles between two ticks reuse the tick's power reading.
@@ -402,6 +407,7 @@ class ManagerRole:
         nodes, hardware, views, plan_nodes, perf_pods, result = self.planned()
         writes_before = self._writes
         reading = await self._power.reading([n.name for n in nodes])
+        self._now = datetime.now(UTC)
         facility = self._facility.latest if self._facility is not None else FacilityReading()
         performing: set[str] = set()
         transitions = {"deferred": 0, "applied": 0}
@@ -517,52 +523,66 @@ class ManagerRole:
     ) -> str | None:
         """Write the node's twin spec, profile label and twin status where they differ; returns
         the transition recorded, if any."""
-        twin = self.twins.get(node.name)
-        path = f"{NODETWINS}/{node.name}"
-        cached = self._wire.get(node.name)
+        name = node.name
+        twin = self.twins.get(name)
+        reporting = agent_reporting(hardware_present, _updated_at(status), self._now)
+        # Everything stored for this node was found equal to these very inputs before (cache
+        # objects are replaced on every change, so identity says nothing moved): no comparison.
+        verified = self._verified.get(name)
+        if (
+            verified is not None
+            and verified[0] is twin
+            and verified[1] is node
+            and verified[2] is intent
+            and verified[3] is twin_fields
+            and verified[4] == reporting
+        ):
+            return None
+        writes = self._writes
+        cached = self._wire.get(name)
         if cached is None or cached[0] is not intent:
             cached = (intent, intent.spec.to_wire())
-            self._wire[node.name] = cached
+            self._wire[name] = cached
         spec = cached[1]
         desired = {
             "apiVersion": keys.API_VERSION,
             "kind": keys.NODE_TWIN_KIND,
-            "metadata": {"name": node.name},
+            "metadata": {"name": name},
             "spec": spec,
         }
         # A field that left the spec (a governor no longer listed) is a change too, which a
         # subset comparison alone would miss; {} as observed forces the apply.
         same_spec = twin is not None and _same(spec, twin.get("spec"))
-        if not same_spec and await self._writer.apply(path, desired, observed={}):
+        if not same_spec and await self._writer.apply(f"{NODETWINS}/{name}", desired, observed={}):
             self._writes += 1
         profile = str(intent.spec.profile)
-        if await self._writer.merge_patch(
-            f"/api/v1/nodes/{node.name}",
+        if node.labels.get(keys.POWER_PROFILE_LABEL) != profile and await self._writer.merge_patch(
+            f"/api/v1/nodes/{name}",
             {"metadata": {"labels": {keys.POWER_PROFILE_LABEL: profile}}},
             observed={"metadata": {"labels": dict(node.labels)}},
         ):
             self._writes += 1
-        await self._write_status(node.name, twin, twin_fields, hardware_present, status)
-        return await self._transition(node, twin, intent.schedulable_class)
+        await self._write_status(name, twin, twin_fields, reporting)
+        event = await self._transition(node, twin, intent.schedulable_class)
+        if self._writes == writes and twin is not None:
+            self._verified[name] = (twin, node, intent, twin_fields, reporting)
+        return event
 
     async def _write_status(
         self,
         name: str,
         twin: Mapping[str, Any] | None,
         twin_fields: dict[str, Any],
-        hardware_present: bool,
-        status: NodeHardwareStatus | None,
+        reporting: AgentReporting,
     ) -> None:
         """Apply the manager's part of the twin's status when any of it differs from what is
         stored (figures are rounded to display precision, so noise below it writes nothing)."""
-        now = datetime.now(UTC)
-        reporting = agent_reporting(hardware_present, _updated_at(status), now)
         condition = {
             "type": keys.AGENT_REPORTING_CONDITION,
             "status": str(reporting.status),
             "reason": reporting.reason,
             "message": reporting.message,
-            "lastTransitionTime": _transition_time(twin, reporting.status, now),
+            "lastTransitionTime": _transition_time(twin, reporting.status, self._now),
         }
         desired_status = {**twin_fields, "conditions": [condition]}
         observed = (twin or {}).get("status") or {}
@@ -611,7 +631,14 @@ class ManagerRole:
                 deleted += 1
                 self._writes += 1
             self._classes.pop(name, None)
-        for cache in (self._intents, self._views, self._parsed, self._wire, self._twin_hw):
+        for cache in (
+            self._intents,
+            self._views,
+            self._parsed,
+            self._wire,
+            self._twin_hw,
+            self._verified,
+        ):
             for name in [n for n in cache if n not in existing]:
                 del cache[name]
         return deleted

@@ -767,3 +767,12 @@ def test_agent_reporting_naive_times_are_utc() -> None:
     naive = (NOW - AGENT_STALE_AFTER - timedelta(seconds=1)).replace(tzinfo=None)
     assert agent_reporting(True, naive, NOW).reason == NODE_HARDWARE_STALE
     assert agent_reporting(True, NOW, NOW.replace(tzinfo=None)).reason == NODE_HARDWARE_CURRENT
+
+
+def test_a_stale_condition_stays_the_same_while_the_agent_stays_away() -> None:
+    # The condition is written only when it changes: its message must not count the minutes.
+    last = NOW - timedelta(minutes=20)
+    first = agent_reporting(True, last, NOW)
+    later = agent_reporting(True, last, NOW + timedelta(hours=2))
+    assert first == later
+    assert "2025-06-01T11:40:00Z" in first.message
