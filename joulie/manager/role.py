@@ -91,6 +91,11 @@ RECONCILE_SECONDS = Histogram(
     "Time one reconcile took, writes included",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+LAST_RECONCILE = Gauge(
+    "joulie_manager_last_reconcile_timestamp_seconds",
+    "When the last reconcile finished without error (Unix time); the twins are only as current "
+    "as this",
+)
 TRANSITIONS = Counter(
     "joulie_policy_transitions_total",
     "Schedulable-class changes of nodes, by result (deferred: a downgrade waits for pods)",
@@ -429,6 +434,7 @@ class ManagerRole:
         deleted = await self._delete_orphans()
         self._record(plan_nodes, result, perf_pods, frozenset(performing))
         RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        LAST_RECONCILE.set_to_current_time()
         log.info(
             "reconciled",
             policy=result.policy_name,

@@ -5,7 +5,6 @@ the per-node watts."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from hack.cluster.nodes import node_manifests
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api.inventory import load_inventory
+from tests.support.processes import PrometheusServer
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -209,45 +208,12 @@ def test_bad_requests_get_clear_answers(simulator: Simulator) -> None:
 
 
 def test_prometheus_scrapes_per_node_watts(simulator: Simulator, tmp_path: Path) -> None:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed (.ci/run installs Debian's package)")
-        pytest.skip("prometheus is not installed (apt-get install prometheus)")
-    port = free_port()
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "joulie-simulator",
-                "static_configs": [{"targets": [f"127.0.0.1:{simulator.port}"]}],
-            }
-        ],
-    }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = (tmp_path / "prometheus.log").open("w")
-    prom = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    prom = PrometheusServer(tmp_path, [f"127.0.0.1:{simulator.port}"])
     try:
 
         def query() -> list[dict[str, Any]]:
-            response = httpx.get(
-                f"http://127.0.0.1:{port}/api/v1/query",
-                params={"query": "joulie_sim_node_power_watts"},
-                timeout=5,
-            )
-            if response.status_code != 200:  # still starting
-                return []
-            result = response.json()["data"]["result"]
-            return list(result) if len(result) >= 41 else []
+            result = prom.query("joulie_sim_node_power_watts")
+            return result if len(result) >= 41 else []
 
         series = wait_until(query, 60, "Prometheus to scrape the simulator")
         by_node = {s["metric"]["node"]: float(s["value"][1]) for s in series}
@@ -257,6 +223,4 @@ def test_prometheus_scrapes_per_node_watts(simulator: Simulator, tmp_path: Path)
             by_node
         )
     finally:
-        prom.terminate()
-        prom.wait(timeout=30)
-        log.close()
+        prom.stop()
