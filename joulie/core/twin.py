@@ -34,6 +34,7 @@ __all__ = [
     "PSU_CAPACITY_W",
     "REFERENCE_CORES",
     "REFERENCE_GPUS",
+    "UNMANAGED_SOURCE",
     "PowerHistory",
     "TwinHardware",
     "TwinInput",
@@ -276,8 +277,14 @@ def looks_like_energy(measured_w: float, node_tdp_w: float) -> bool:
     return node_tdp_w > 0 and measured_w > 2 * node_tdp_w
 
 
+UNMANAGED_SOURCE: Final = "unmanaged"
+"""powerMeasurement.source of a twin whose node the manager no longer plans (it left the node
+selector or was reserved): its figures were removed, and nothing keeps them current."""
+
+
 def measurement_failed(source: str | None) -> bool:
-    return source is None or source.endswith(FAILED_SUFFIXES)
+    """Whether ``source`` says the twin's figures are not a current reading."""
+    return source is None or source == UNMANAGED_SOURCE or source.endswith(FAILED_SUFFIXES)
 
 
 def twin_is_fresh(
@@ -294,7 +301,8 @@ def twin_is_fresh(
     * the manager's Lease is renewed within its duration: the manager that maintains every twin
       is alive (a stopped or partitioned manager stops renewing, and all twins go stale together);
     * the twin's own ``powerMeasurement.source`` is not a failure marker: the last read of this
-      node succeeded (a failed read is written as ``<source>-error`` or ``<source>-no-data``).
+      node succeeded (a failed read is written as ``<source>-error`` or ``<source>-no-data``), and
+      the node is still planned (``unmanaged`` otherwise).
 
     Times are seconds on one clock (for example epoch seconds of the Lease's renewTime).
     """

@@ -37,7 +37,7 @@ from joulie.core.intents import (
     transition_event,
 )
 from joulie.core.policy import Plan, PlanNode, family_split, plan
-from joulie.core.twin import TwinHardware
+from joulie.core.twin import UNMANAGED_SOURCE, TwinHardware
 from joulie.kube.client import KubeClient
 from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.informer import Handlers, Informer
@@ -111,6 +111,13 @@ def _pod_class(pod: SlimPod) -> str | None:
 
 
 _CLASSES = frozenset(c.value for c in SchedulableClass)
+_FIGURES = (
+    "predictedPowerHeadroomScore",
+    "predictedCoolingStressScore",
+    "predictedPsuStressScore",
+    "conditions",
+)
+"""Status fields of the manager's that an unplanned node's twin must no longer show."""
 _ACTIVE_PERFORMANCE_INDEX = "active-performance"
 _MULTI_GPU_INDEX = "multi-gpu"
 
@@ -431,6 +438,7 @@ class ManagerRole:
             if event is not None:
                 transitions[event] += 1
         self._twin.forget(n.name for n in nodes)
+        await self._retire_unplanned({n.name for n in nodes})
         deleted = await self._delete_orphans()
         self._record(plan_nodes, result, perf_pods, frozenset(performing))
         RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -625,6 +633,32 @@ class ManagerRole:
                 "(draining) until they finish.",
             )
         return event
+
+    async def _retire_unplanned(self, planned: set[str]) -> None:
+        """Strip the figures from the twin status of nodes that exist but are no longer planned
+        (reserved, cordoned, or out of the selector): nothing keeps them current, so they must
+        not look current. The schedulable class stays, as the spec (and the caps the agent
+        enforces) stay too; the source says ``unmanaged``."""
+        for name, twin in list(self.twins.items()):
+            if name in planned or self.nodes.get(name) is None:
+                continue
+            observed = twin.get("status") or {}
+            desired: dict[str, Any] = {"powerMeasurement": {"source": UNMANAGED_SOURCE}}
+            if observed.get("schedulableClass"):
+                desired["schedulableClass"] = observed["schedulableClass"]
+            if observed.get("powerMeasurement") == desired["powerMeasurement"] and not any(
+                key in observed for key in _FIGURES
+            ):
+                continue
+            body = {
+                "apiVersion": keys.API_VERSION,
+                "kind": keys.NODE_TWIN_KIND,
+                "metadata": {"name": name},
+                "status": desired,
+            }
+            if await self._writer.apply(f"{NODETWINS}/{name}/status", body, observed={}):
+                self._writes += 1
+                log.info("twin of an unplanned node marked unmanaged", node=name)
 
     async def _delete_orphans(self) -> int:
         """Delete the NodeTwins of nodes that no longer exist."""

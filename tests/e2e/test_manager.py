@@ -253,6 +253,49 @@ def test_running_performance_pod_drains_an_eco_node(
     manager.alive()
 
 
+def test_a_reserved_nodes_twin_stops_looking_current(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    """A node taken out of the plan keeps its twin, but not figures nobody maintains any more;
+    planned again, it gets them back."""
+    name = nodes[0]["metadata"]["name"]
+    with cluster.api() as api:
+        before = twins(api)[name]["status"]
+    assert before["powerMeasurement"]["source"] == "static"
+    assert "predictedPowerHeadroomScore" in before
+
+    def label(value: str | None) -> None:
+        with cluster.api() as api:
+            api.patch(
+                f"/api/v1/nodes/{name}",
+                json={"metadata": {"labels": {keys.RESERVED_LABEL: value}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
+
+    def status() -> dict[str, Any]:
+        with cluster.api() as api:
+            return dict(twins(api)[name].get("status") or {})
+
+    label("true")
+    try:
+        retired = wait_until(
+            lambda: (s := status())["powerMeasurement"] == {"source": "unmanaged"} and s,
+            20,
+            "the reserved node's twin to be marked unmanaged",
+        )
+        assert "predictedPowerHeadroomScore" not in retired
+        assert retired["schedulableClass"] == before["schedulableClass"]
+    finally:
+        label(None)
+    back = wait_until(
+        lambda: (s := status())["powerMeasurement"]["source"] == "static" and s,
+        20,
+        "the twin to be maintained again",
+    )
+    assert back["predictedPowerHeadroomScore"] == before["predictedPowerHeadroomScore"]
+    manager.alive()
+
+
 def test_twin_of_a_deleted_node_is_removed(
     cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
 ) -> None:

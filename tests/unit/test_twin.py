@@ -294,7 +294,9 @@ def test_stale_when_the_manager_stopped_renewing() -> None:
     assert not twin_is_fresh("http", None, 15, 100)
 
 
-@pytest.mark.parametrize("source", ["http-error", "prometheus-error", "prometheus-no-data", None])
+@pytest.mark.parametrize(
+    "source", ["http-error", "prometheus-error", "prometheus-no-data", "unmanaged", None]
+)
 def test_stale_when_the_nodes_read_failed(source: str | None) -> None:
     assert measurement_failed(source)
     assert not twin_is_fresh(source, 100, 15, 101)
