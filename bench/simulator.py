@@ -1,5 +1,5 @@
 """Simulator service figures: telemetry GET latency (p50/p99) and requests/s on one core, with
-5,000 nodes registered.
+5,000 nodes registered, and the time the manager's http power source takes to read them all.
 
     python -m bench.simulator [--seconds 15] [--concurrency 32] [--json FILE]
 
@@ -27,6 +27,7 @@ import httpx
 
 from bench.informer import bench_cluster
 from hack.cluster.runner import free_port
+from joulie.manager.power import HttpSource
 
 
 async def load(base: str, nodes: list[str], seconds: float, concurrency: int) -> dict[str, Any]:
@@ -58,6 +59,18 @@ async def load(base: str, nodes: list[str], seconds: float, concurrency: int) ->
         "p50_ms": round(statistics.median(latencies) * 1000, 2),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
     }
+
+
+async def read_all(base: str, nodes: list[str]) -> tuple[float, int]:
+    """One read of every node by the manager's NODE_POWER_SOURCE=http (its default concurrency)."""
+    source = HttpSource(f"{base}/telemetry/{{node}}", timeout_s=5, concurrency=32)
+    try:
+        started = time.perf_counter()
+        got = await source.read(nodes)
+        elapsed = time.perf_counter() - started
+    finally:
+        await source.close()
+    return round(elapsed, 3), sum(p.watts is None for p in got.values())
 
 
 def main() -> None:
@@ -99,6 +112,9 @@ def main() -> None:
             load(f"http://127.0.0.1:{port}", nodes, args.seconds, args.concurrency)
         )
         figures["nodes"] = len(nodes)
+        read_s, failed = asyncio.run(read_all(f"http://127.0.0.1:{port}", nodes))
+        figures["http_source_read_all_seconds"] = read_s
+        figures["http_source_read_all_failed"] = failed
         t0 = time.perf_counter()
         scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60)
         figures["metrics_scrape_seconds"] = round(time.perf_counter() - t0, 3)
@@ -113,6 +129,10 @@ def main() -> None:
     print(
         f"{'requests/s sustained (one core)':44} {figures['requests_per_second']} "
         f"({figures['requests']} requests, {figures['errors']} errors)"
+    )
+    print(
+        f"{'http power source: read every node':44} {figures['http_source_read_all_seconds']} s "
+        f"({figures['http_source_read_all_failed']} failed)"
     )
     print(
         f"{'/metrics scrape at this size':44} {figures['metrics_scrape_seconds']} s, "
