@@ -115,7 +115,9 @@ _FIGURES = (
     "predictedPowerHeadroomScore",
     "predictedCoolingStressScore",
     "predictedPsuStressScore",
-    "conditions",
+    "hardwareDensityScore",
+    "estimatedPUE",
+    "effectiveCapState",
 )
 """Status fields of the manager's that an unplanned node's twin must no longer show."""
 _ACTIVE_PERFORMANCE_INDEX = "active-performance"
@@ -639,26 +641,26 @@ class ManagerRole:
         (reserved, cordoned, or out of the selector): nothing keeps them current, so they must
         not look current. The schedulable class stays, as the spec (and the caps the agent
         enforces) stay too; the source says ``unmanaged``."""
-        for name, twin in list(self.twins.items()):
-            if name in planned or self.nodes.get(name) is None:
-                continue
-            observed = twin.get("status") or {}
-            desired: dict[str, Any] = {"powerMeasurement": {"source": UNMANAGED_SOURCE}}
-            if observed.get("schedulableClass"):
-                desired["schedulableClass"] = observed["schedulableClass"]
-            if observed.get("powerMeasurement") == desired["powerMeasurement"] and not any(
-                key in observed for key in _FIGURES
-            ):
-                continue
-            body = {
-                "apiVersion": keys.API_VERSION,
-                "kind": keys.NODE_TWIN_KIND,
-                "metadata": {"name": name},
-                "status": desired,
-            }
-            if await self._writer.apply(f"{NODETWINS}/{name}/status", body, observed={}):
-                self._writes += 1
-                log.info("twin of an unplanned node marked unmanaged", node=name)
+
+        def work() -> Iterator[Awaitable[None]]:
+            for name, twin in self.twins.items():
+                if name not in planned and self.nodes.get(name) is not None:
+                    desired = _unmanaged_status(twin.get("status") or {})
+                    if desired is not None:
+                        yield self._retire(name, desired)
+
+        await _drain(work(), WRITE_CONCURRENCY)
+
+    async def _retire(self, name: str, status: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.NODE_TWIN_KIND,
+            "metadata": {"name": name},
+            "status": status,
+        }
+        if await self._writer.apply(f"{NODETWINS}/{name}/status", body, observed={}):
+            self._writes += 1
+            log.info("twin of an unplanned node marked unmanaged", node=name)
 
     async def _delete_orphans(self) -> int:
         """Delete the NodeTwins of nodes that no longer exist."""
@@ -710,6 +712,24 @@ async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
         for _ in range(concurrency):
             group.create_task(worker())
     return results
+
+
+def _unmanaged_status(observed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The status to apply to the twin of a node that is no longer planned, or None when it
+    already is that (so a retired twin costs one write, not one per reconcile)."""
+    desired: dict[str, Any] = {"powerMeasurement": {"source": UNMANAGED_SOURCE}}
+    if observed.get("schedulableClass"):
+        desired["schedulableClass"] = observed["schedulableClass"]
+    ours = any(
+        c.get("type") == keys.AGENT_REPORTING_CONDITION for c in observed.get("conditions") or ()
+    )
+    if (
+        observed.get("powerMeasurement") == desired["powerMeasurement"]
+        and not ours
+        and not any(key in observed for key in _FIGURES)
+    ):
+        return None
+    return desired
 
 
 def _transition_time(twin: Mapping[str, Any] | None, status: ConditionStatus, now: datetime) -> str:

@@ -295,3 +295,20 @@ def test_one_warning_per_node_for_a_joules_counter(capsys: pytest.CaptureFixture
         status(tracker, NodePower(5_000_000, "prometheus"), t)
     out = capsys.readouterr()
     assert (out.out + out.err).count("joules counter") == 1
+
+
+def test_an_unplanned_twin_is_retired_once() -> None:
+    from joulie.manager.role import _unmanaged_status
+
+    live = {
+        "schedulableClass": "eco",
+        "predictedPowerHeadroomScore": 40.0,
+        "powerMeasurement": {"source": "http", "measuredNodePowerW": 800},
+        "conditions": [{"type": "AgentReporting", "status": "True"}],
+        "controlStatus": {"cpu": {"result": "applied"}},  # the agent's: left alone
+    }
+    retired = _unmanaged_status(live)
+    assert retired == {"schedulableClass": "eco", "powerMeasurement": {"source": "unmanaged"}}
+    # What the API server holds after that apply: nothing more to do.
+    assert _unmanaged_status({**retired, "controlStatus": live["controlStatus"]}) is None
+    assert _unmanaged_status({}) == {"powerMeasurement": {"source": "unmanaged"}}
