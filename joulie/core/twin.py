@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from joulie.api.enums import SchedulableClass
+from joulie.api.keys import AGENT_REPORTING_CONDITION
 
 __all__ = [
     "DISPLAY_DIGITS",
@@ -49,6 +50,7 @@ __all__ = [
     "power_headroom",
     "psu_stress",
     "resolved_cap_pct",
+    "retired_status",
     "status_fields",
     "twin_is_fresh",
 ]
@@ -280,6 +282,36 @@ def looks_like_energy(measured_w: float, node_tdp_w: float) -> bool:
 UNMANAGED_SOURCE: Final = "unmanaged"
 """powerMeasurement.source of a twin whose node the manager no longer plans (it left the node
 selector or was reserved): its figures were removed, and nothing keeps them current."""
+
+
+_FIGURES: Final = (
+    "predictedPowerHeadroomScore",
+    "predictedCoolingStressScore",
+    "predictedPsuStressScore",
+    "hardwareDensityScore",
+    "estimatedPUE",
+    "effectiveCapState",
+)
+
+
+def retired_status(observed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The status to apply (as the manager's field manager) to the twin of a node that is no
+    longer planned: no figures, no AgentReporting condition, source ``unmanaged``, and the
+    schedulable class kept (the spec, and so the caps, stay as they were). None when ``observed``
+    already is that, so a retired twin costs one write, not one per reconcile."""
+    desired: dict[str, Any] = {"powerMeasurement": {"source": UNMANAGED_SOURCE}}
+    if observed.get("schedulableClass"):
+        desired["schedulableClass"] = observed["schedulableClass"]
+    condition = any(
+        c.get("type") == AGENT_REPORTING_CONDITION for c in observed.get("conditions") or ()
+    )
+    if (
+        observed.get("powerMeasurement") == desired["powerMeasurement"]
+        and not condition
+        and not any(key in observed for key in _FIGURES)
+    ):
+        return None
+    return desired
 
 
 def measurement_failed(source: str | None) -> bool:

@@ -37,7 +37,7 @@ from joulie.core.intents import (
     transition_event,
 )
 from joulie.core.policy import Plan, PlanNode, family_split, plan
-from joulie.core.twin import UNMANAGED_SOURCE, TwinHardware
+from joulie.core.twin import TwinHardware, retired_status
 from joulie.kube.client import KubeClient
 from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.informer import Handlers, Informer
@@ -111,15 +111,6 @@ def _pod_class(pod: SlimPod) -> str | None:
 
 
 _CLASSES = frozenset(c.value for c in SchedulableClass)
-_FIGURES = (
-    "predictedPowerHeadroomScore",
-    "predictedCoolingStressScore",
-    "predictedPsuStressScore",
-    "hardwareDensityScore",
-    "estimatedPUE",
-    "effectiveCapState",
-)
-"""Status fields of the manager's that an unplanned node's twin must no longer show."""
 _ACTIVE_PERFORMANCE_INDEX = "active-performance"
 _MULTI_GPU_INDEX = "multi-gpu"
 
@@ -645,7 +636,7 @@ class ManagerRole:
         def work() -> Iterator[Awaitable[None]]:
             for name, twin in self.twins.items():
                 if name not in planned and self.nodes.get(name) is not None:
-                    desired = _unmanaged_status(twin.get("status") or {})
+                    desired = retired_status(twin.get("status") or {})
                     if desired is not None:
                         yield self._retire(name, desired)
 
@@ -712,24 +703,6 @@ async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
         for _ in range(concurrency):
             group.create_task(worker())
     return results
-
-
-def _unmanaged_status(observed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The status to apply to the twin of a node that is no longer planned, or None when it
-    already is that (so a retired twin costs one write, not one per reconcile)."""
-    desired: dict[str, Any] = {"powerMeasurement": {"source": UNMANAGED_SOURCE}}
-    if observed.get("schedulableClass"):
-        desired["schedulableClass"] = observed["schedulableClass"]
-    ours = any(
-        c.get("type") == keys.AGENT_REPORTING_CONDITION for c in observed.get("conditions") or ()
-    )
-    if (
-        observed.get("powerMeasurement") == desired["powerMeasurement"]
-        and not ours
-        and not any(key in observed for key in _FIGURES)
-    ):
-        return None
-    return desired
 
 
 def _transition_time(twin: Mapping[str, Any] | None, status: ConditionStatus, now: datetime) -> str:

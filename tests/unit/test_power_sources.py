@@ -12,7 +12,7 @@ import pytest
 
 from joulie.api.enums import NodePowerSource, Profile, SchedulableClass
 from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
-from joulie.core.twin import TwinHardware
+from joulie.core.twin import TwinHardware, retired_status
 from joulie.manager.facility import FacilityReading
 from joulie.manager.power import (
     NodePower,
@@ -298,8 +298,6 @@ def test_one_warning_per_node_for_a_joules_counter(capsys: pytest.CaptureFixture
 
 
 def test_an_unplanned_twin_is_retired_once() -> None:
-    from joulie.manager.role import _unmanaged_status
-
     live = {
         "schedulableClass": "eco",
         "predictedPowerHeadroomScore": 40.0,
@@ -307,8 +305,8 @@ def test_an_unplanned_twin_is_retired_once() -> None:
         "conditions": [{"type": "AgentReporting", "status": "True"}],
         "controlStatus": {"cpu": {"result": "applied"}},  # the agent's: left alone
     }
-    retired = _unmanaged_status(live)
+    retired = retired_status(live)
     assert retired == {"schedulableClass": "eco", "powerMeasurement": {"source": "unmanaged"}}
     # What the API server holds after that apply: nothing more to do.
-    assert _unmanaged_status({**retired, "controlStatus": live["controlStatus"]}) is None
-    assert _unmanaged_status({}) == {"powerMeasurement": {"source": "unmanaged"}}
+    assert retired_status({**retired, "controlStatus": live["controlStatus"]}) is None
+    assert retired_status({}) == {"powerMeasurement": {"source": "unmanaged"}}
