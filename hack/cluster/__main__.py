@@ -37,8 +37,7 @@ def up(inventory: Path | None, nodes: int | None) -> int:
     if inventory is not None:
         manifests = node_manifests(load_inventory(inventory), limit=nodes)
         started = time.monotonic()
-        cluster.create_nodes(manifests)
-        cluster.wait_nodes_ready([m["metadata"]["name"] for m in manifests])
+        cluster.create_ready_nodes(manifests, timeout=300)
         print(f"{len(manifests)} KWOK nodes Ready in {time.monotonic() - started:.1f}s")
     print(f"export KUBECONFIG={cluster.admin_kubeconfig}")
     print(f"kubectl: {cluster.binaries}/kubectl")

@@ -548,6 +548,11 @@ class LocalCluster:
     def create_nodes(self, nodes: Sequence[dict[str, Any]]) -> None:
         self.create_objects("/api/v1/nodes", nodes)
 
+    def create_ready_nodes(self, nodes: Sequence[dict[str, Any]], timeout: float = 120) -> None:
+        """Create KWOK nodes and wait until every one of them is Ready."""
+        self.create_nodes(nodes)
+        self.wait_nodes_ready([n["metadata"]["name"] for n in nodes], timeout=timeout)
+
     def wait_nodes_ready(self, names: Iterable[str], timeout: float = 300) -> None:
         wanted = set(names)
         deadline = time.monotonic() + timeout

@@ -101,8 +101,7 @@ class Manager:
 @pytest.fixture(scope="module")
 def nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
     manifests = test_nodes()
-    cluster.create_nodes(manifests)
-    cluster.wait_nodes_ready([n["metadata"]["name"] for n in manifests], timeout=120)
+    cluster.create_ready_nodes(manifests)
     return manifests
 
 

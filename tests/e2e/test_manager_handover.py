@@ -101,8 +101,7 @@ def handover_nodes() -> list[dict[str, Any]]:
 def nodes(cluster: LocalCluster) -> Iterator[set[str]]:
     manifests = handover_nodes()
     names = {n["metadata"]["name"] for n in manifests}
-    cluster.create_nodes(manifests)
-    cluster.wait_nodes_ready(names, timeout=120)
+    cluster.create_ready_nodes(manifests)
     yield names
     with cluster.api() as api:
         for name in names:

@@ -69,8 +69,7 @@ def simulator(
     cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Simulator]:
     nodes = node_manifests(load_inventory(INVENTORY))
-    cluster.create_nodes(nodes)
-    cluster.wait_nodes_ready([n["metadata"]["name"] for n in nodes], timeout=120)
+    cluster.create_ready_nodes(nodes)
     sim = Simulator(cluster, tmp_path_factory.mktemp("simulator"))
     try:
         wait_until(sim.ready, 60, "the simulator to be ready")

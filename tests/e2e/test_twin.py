@@ -61,8 +61,7 @@ GPU_LOADED, GPU_IDLE = pair("gpu")
 @pytest.fixture(scope="module")
 def nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
     made = manifests()
-    cluster.create_nodes(made)
-    cluster.wait_nodes_ready([n["metadata"]["name"] for n in made], timeout=120)
+    cluster.create_ready_nodes(made)
     return made
 
 
