@@ -2,7 +2,9 @@
 
 The runtime owns what every role shares: the uvloop event loop, signal handling with a graceful
 shutdown in which each role gets ``SHUTDOWN_TIMEOUT`` to finish (the agent restores hardware
-there), and one HTTP endpoint serving /healthz, /readyz and /metrics.
+there), one HTTP endpoint serving /healthz, /readyz and /metrics, and the garbage-collector policy
+that keeps full collections over the informers' caches out of the roles' work
+(``joulie.gc_policy``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from joulie import __version__
+from joulie.gc_policy import GcPolicy
 from joulie.process_settings import ProcessSettings
 from joulie.settings import split_address
 
@@ -112,6 +115,8 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
 
+    gc_policy = GcPolicy()
+    gc_policy.install()
     collector = _RoleCollector(roles, stopping)
     registry.register(collector)
     runner = web.AppRunner(health_app(roles, stopping, registry), access_log=None)
@@ -124,6 +129,7 @@ async def serve(
         log.error("cannot listen", address=settings.metrics_addr, error=str(exc))
         await runner.cleanup()
         registry.unregister(collector)
+        gc_policy.uninstall()
         return 1
     log.info(
         "started",
@@ -159,6 +165,7 @@ async def serve(
             loop.remove_signal_handler(signum)
         await runner.cleanup()
         registry.unregister(collector)
+        gc_policy.uninstall()
     log.info("stopped", status=status)
     return status
 

@@ -32,6 +32,24 @@ Indexer = Callable[[T], Iterable[str]]
 
 log = structlog.get_logger("joulie.informer")
 
+ListListener = Callable[[str, int], None]
+"""Called with the resource and the object count each time a full list replaced a store."""
+_list_listeners: list[ListListener] = []
+
+
+def add_list_listener(listener: ListListener) -> Callable[[], None]:
+    """Be told, process-wide, whenever any informer has replaced its store from a full list
+    (the first sync and every relist after a 410 or an error), never for single watch events.
+    Process-level policies hang off this, e.g. the runtime's garbage-collector policy, which
+    freezes the objects a large list leaves behind. Returns a function that removes it again."""
+    _list_listeners.append(listener)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _list_listeners.remove(listener)
+
+    return remove
+
 
 class _Relist(Exception):
     """The watch cannot resume from its resourceVersion; a full list is needed."""
@@ -325,6 +343,11 @@ class Informer(Generic[T]):
             self._remove(key)
         for key, obj in fresh.items():
             self._put(key, obj)
+        for listener in list(_list_listeners):
+            try:
+                listener(self.resource, len(self._store))
+            except Exception:  # a listener's bug must not stop the informer
+                self._log.exception("list listener failed")
 
     def _put(self, key: str, obj: T) -> None:
         old = self._store.get(key)
