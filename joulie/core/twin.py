@@ -5,7 +5,9 @@ Everything derives from the node's measured power and the budgets its hardware i
 * TDPs: CPU = maximum watts per socket x sockets (one socket assumed when the count is unknown but
   the per-socket maximum is known: a zero would make the budget zero, which reads as unlimited
   headroom), GPU = maximum watts per board x boards, node = both.
-* Capped budgets: each TDP times its resolved cap percentage (100 when unset or not positive).
+* Capped budgets: each TDP times its cap percentage (100 when unset or not positive). The
+  percentage is the cap the agent enforces, resolved by :mod:`joulie.core.caps` (absolute watts
+  win over the percentage; CPU watts are per package, so the CPU budget is sockets x watts).
 * Headroom: the unused share of the capped budget, at most 100 but unbounded below (a node over
   its budget ranks below an idle one); 100 when the budget is 0 (unknown hardware stays neutral).
 * Cooling stress: measured power against the uncapped TDP (cooling is sized for the installed
@@ -29,6 +31,8 @@ from typing import Any, Final
 
 from joulie.api.enums import SchedulableClass
 from joulie.api.keys import AGENT_REPORTING_CONDITION
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.core.caps import spec_caps
 
 __all__ = [
     "DISPLAY_DIGITS",
@@ -41,6 +45,7 @@ __all__ = [
     "TwinInput",
     "TwinOutput",
     "ambient_multiplier",
+    "cap_percentages",
     "compute",
     "cooling_stress",
     "estimated_pue",
@@ -49,7 +54,6 @@ __all__ = [
     "measurement_failed",
     "power_headroom",
     "psu_stress",
-    "resolved_cap_pct",
     "retired_status",
     "status_fields",
     "twin_is_fresh",
@@ -72,6 +76,10 @@ class TwinHardware:
     gpu_count: int = 0
     gpu_max_watts: float | None = None
     """Maximum power of one GPU board."""
+    gpu_min_watts: float | None = None
+    """Lowest power limit one GPU board accepts (a cap below it is enforced at it)."""
+    cpu_min_watts_per_socket: float | None = None
+    """Lowest package cap one socket accepts."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class TwinInput:
     schedulable_class: SchedulableClass
     """From the downgrade guard (performance, eco, or draining while performance pods remain)."""
     cpu_cap_pct: float | None
-    """Resolved CPU cap in percent of maximum (:func:`resolved_cap_pct`); None means uncapped."""
+    """CPU cap in percent of maximum (:func:`cap_percentages`); None means uncapped."""
     gpu_cap_pct: float | None
     measured_power_w: float
     source: str
@@ -131,20 +139,21 @@ def _pct(value: float | None) -> float:
     return min(value, 100.0) if value is not None and math.isfinite(value) and value > 0 else 100.0
 
 
-def resolved_cap_pct(
-    pct_of_max: float | None, watts: float | None, max_watts: float | None
-) -> float | None:
-    """The cap of one device class in percent of its maximum, from a NodeTwin.spec intent.
-
-    A percentage wins; an absolute cap in watts is expressed against ``max_watts`` (a GPU node's
-    CPU is capped in watts, usually far above its TDP, which reads as 100). None when the intent
-    gives neither, or watts without a known maximum: uncapped, as far as the twin can tell.
-    """
-    if pct_of_max is not None and pct_of_max > 0:
-        return min(float(pct_of_max), 100.0)
-    if watts is not None and watts > 0 and max_watts is not None and max_watts > 0:
-        return min(watts / max_watts * 100.0, 100.0)
-    return None
+def cap_percentages(spec: NodeTwinSpec, hw: TwinHardware) -> tuple[float | None, float | None]:
+    """The CPU and GPU caps of a NodeTwin.spec in percent of maximum, as the agent enforces them
+    (:func:`joulie.core.caps.spec_caps` against the per-socket and per-GPU ranges). None for a
+    device class the intent leaves uncapped, or capped in watts against an unknown maximum."""
+    caps = spec_caps(
+        spec,
+        cpu_max_watts_per_package=hw.cpu_max_watts_per_socket,
+        gpu_max_watts_per_gpu=hw.gpu_max_watts,
+        cpu_min_watts_per_package=hw.cpu_min_watts_per_socket,
+        gpu_min_watts_per_gpu=hw.gpu_min_watts,
+    )
+    return (
+        caps.cpu.pct_of_max if caps.cpu is not None else None,
+        caps.gpu.pct_of_max if caps.gpu is not None else None,
+    )
 
 
 def ambient_multiplier(ambient_c: float | None) -> float:

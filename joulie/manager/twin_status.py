@@ -24,9 +24,9 @@ from joulie.core.twin import (
     PowerHistory,
     TwinHardware,
     TwinInput,
+    cap_percentages,
     compute,
     looks_like_energy,
-    resolved_cap_pct,
     status_fields,
 )
 from joulie.manager.facility import FacilityReading
@@ -35,7 +35,7 @@ from joulie.manager.power import NodePower
 
 log = structlog.get_logger("joulie.manager.twin")
 
-__all__ = ["TwinTracker", "cap_percentages", "twin_hardware"]
+__all__ = ["TwinTracker", "twin_hardware"]
 
 
 def twin_hardware(
@@ -44,38 +44,25 @@ def twin_hardware(
     labels: Mapping[str, str],
     config: IntentConfig,
 ) -> TwinHardware:
-    """The twin's hardware figures; the GPU maximum comes from the same range the GPU caps are
-    resolved against (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON)."""
+    """The twin's hardware figures; the GPU range comes from the same source the GPU caps are
+    resolved against (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON), the CPU minimum
+    from the agent's cap range."""
+    gpu_min: float | None = None
     gpu_max: float | None = None
     if view.gpu_count > 0:
         product = gpu_product_label(labels, config.gpu_product_label_keys)
         found = gpu_cap_range(hardware, view.catalog_gpu_range, product, config.gpu_model_caps)
-        gpu_max = found[1] if found is not None else None
+        if found is not None:
+            gpu_min, gpu_max = found
+    cpu_range = hardware.cpu.cap_range if hardware is not None and hardware.cpu else None
     return TwinHardware(
         cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
         sockets=view.sockets,
         total_cores=view.total_cores,
         gpu_count=view.gpu_count,
         gpu_max_watts=gpu_max,
-    )
-
-
-def cap_percentages(spec: NodeTwinSpec, hw: TwinHardware) -> tuple[float | None, float | None]:
-    """The CPU and GPU caps of an intent in percent of maximum (absolute caps are expressed
-    against the per-socket and per-GPU maxima they are written against)."""
-    cpu = spec.cpu
-    gpu_cap = spec.gpu.power_cap if spec.gpu is not None else None
-    return (
-        resolved_cap_pct(
-            cpu.package_power_cap_pct_of_max if cpu else None,
-            cpu.package_power_cap_watts if cpu else None,
-            hw.cpu_max_watts_per_socket,
-        ),
-        resolved_cap_pct(
-            gpu_cap.cap_pct_of_max if gpu_cap else None,
-            gpu_cap.cap_watts_per_gpu if gpu_cap else None,
-            hw.gpu_max_watts,
-        ),
+        gpu_min_watts=gpu_min,
+        cpu_min_watts_per_socket=cpu_range.min_watts_per_socket if cpu_range else None,
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from joulie.api.enums import NodePowerSource, Profile, SchedulableClass
 from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
-from joulie.core.twin import TwinHardware, retired_status
+from joulie.core.twin import TwinHardware, cap_percentages, retired_status
 from joulie.manager.facility import FacilityReading
 from joulie.manager.power import (
     NodePower,
@@ -24,7 +24,7 @@ from joulie.manager.power import (
 )
 from joulie.manager.promql import QueryError, Series, parse_instant_result, single_value
 from joulie.manager.settings import ManagerSettings
-from joulie.manager.twin_status import TwinTracker, cap_percentages
+from joulie.manager.twin_status import TwinTracker
 
 
 def vector(*series: tuple[dict[str, str], str]) -> dict[str, Any]:

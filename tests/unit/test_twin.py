@@ -11,18 +11,18 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joulie.api.enums import SchedulableClass
-from joulie.api.nodetwin import NodeTwinStatus
+from joulie.api.enums import Profile, SchedulableClass
+from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec, NodeTwinStatus
 from joulie.core.twin import (
     PowerHistory,
     TwinHardware,
     TwinInput,
     ambient_multiplier,
+    cap_percentages,
     compute,
     estimated_pue,
     looks_like_energy,
     measurement_failed,
-    resolved_cap_pct,
     status_fields,
     twin_is_fresh,
 )
@@ -182,13 +182,51 @@ def test_cap_percentages_default_to_100_when_unset_or_not_positive() -> None:
         assert out.node_capped_power_w == out.node_tdp_w
 
 
-def test_resolved_cap_pct() -> None:
-    assert resolved_cap_pct(60, 5000, 720) == 60
-    # A GPU node's CPU is capped in watts far above its TDP: uncapped.
-    assert resolved_cap_pct(None, 5000, 720) == 100
-    assert resolved_cap_pct(None, 360, 720) == 50
-    assert resolved_cap_pct(None, 360, None) is None
-    assert resolved_cap_pct(None, None, 720) is None
+def intent(
+    cpu_watts: float | None = None,
+    cpu_pct: float | None = None,
+    gpu_watts: float | None = None,
+    gpu_pct: float | None = None,
+) -> NodeTwinSpec:
+    return NodeTwinSpec(
+        node_name="n",
+        profile=Profile.ECO,
+        cpu=CpuSpec(package_power_cap_watts=cpu_watts, package_power_cap_pct_of_max=cpu_pct),
+        gpu=GpuSpec(power_cap=GpuPowerCap(cap_watts_per_gpu=gpu_watts, cap_pct_of_max=gpu_pct)),
+    )
+
+
+def test_cap_percentages_of_an_intent() -> None:
+    assert cap_percentages(intent(cpu_pct=60, gpu_pct=60), HW) == (60, 60)
+    # A GPU node's CPU is capped at 5000 W a package, far above its TDP: uncapped.
+    assert cap_percentages(intent(cpu_watts=5000), HW) == (100, None)
+    # CPU watts are per package: 180 W of a 360 W package is 50 %, on one socket or two.
+    assert cap_percentages(intent(cpu_watts=180), HW)[0] == 50
+    assert cap_percentages(intent(), HW) == (None, None)
+    # Watts win over the percentage when both are written.
+    assert cap_percentages(intent(cpu_watts=180, cpu_pct=60, gpu_watts=300, gpu_pct=60), HW) == (
+        50,
+        75,
+    )
+
+
+def test_a_w7900_at_eco_is_budgeted_at_the_200_w_its_agent_enforces() -> None:
+    # Radeon PRO W7900 (catalog: 200-295 W). At eco the manager writes 60 % and 200 W per GPU
+    # (60 % of 295 W is below the board's floor); the agent applies the 200 W.
+    hw = TwinHardware(gpu_count=4, gpu_max_watts=295, gpu_min_watts=200)
+    cpu_pct, gpu_pct = cap_percentages(intent(gpu_watts=200, gpu_pct=60), hw)
+    assert gpu_pct is not None
+    assert round(gpu_pct, 1) == 67.8
+    out = compute(reference(0, hardware=hw, cpu_cap_pct=cpu_pct, gpu_cap_pct=gpu_pct))
+    assert out.gpu_capped_power_w == pytest.approx(800)
+    # A percentage alone is clamped into the board's range as the agent clamps it.
+    assert cap_percentages(intent(gpu_pct=60), hw) == (None, gpu_pct)
+
+
+def test_cpu_budget_counts_the_per_package_cap_once_per_socket() -> None:
+    cpu_pct, _ = cap_percentages(intent(cpu_watts=250), HW)
+    out = compute(reference(0, cpu_cap_pct=cpu_pct))
+    assert out.cpu_capped_power_w == pytest.approx(2 * 250)
 
 
 def test_bad_measurements_count_as_zero() -> None:
