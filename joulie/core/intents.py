@@ -3,7 +3,7 @@ schedulable class, after the downgrade guard; plus the AgentReporting condition.
 
 Everything here is pure. The manager shell gathers the inputs from its informer caches (the
 planned profile from the policy, the node's labels and NodeHardware, counts over the node's pods)
-and calls :func:`node_twin_spec` once per node; the simulator calls the same function.
+and calls :func:`node_twin_spec` once per node.
 
 Decisions taken where the spec leaves room (each one is pinned by a unit test):
 
@@ -23,8 +23,12 @@ Decisions taken where the spec leaves room (each one is pinned by a unit test):
 * A product label key the node carries with an empty value counts as not carried.
 * The CPU-cap exception for GPU nodes needs ``status.gpu.controlAvailable`` to be exactly false;
   an unknown (absent) value keeps the GPU-node rule, as a missing NodeHardware does.
-* A NodeHardware known to exist but without a write time is reported as current: presence is all
-  the evidence there is, and our agent always writes ``updatedAt``. Naive datetimes are UTC.
+* AgentReporting: a NodeHardware without a status, or with one that does not validate, counts as
+  no NodeHardware: nothing in it can be enforced against. Its write time is the newest ``time``
+  of the object's ``metadata.managedFields`` entries for the ``status`` subresource (the API
+  server records one per writer; the spec defines no timestamp field of its own). A usable status
+  without such an entry is reported as current: presence is all the evidence there is. Naive
+  datetimes are UTC.
 """
 
 from __future__ import annotations
@@ -611,19 +615,34 @@ def _utc(value: datetime) -> datetime:
 
 
 def agent_reporting(
-    hardware_present: bool, last_agent_write: datetime | None, now: datetime
+    hardware_present: bool,
+    status_usable: bool,
+    last_agent_write: datetime | None,
+    now: datetime,
 ) -> AgentReporting:
     """The AgentReporting condition of a node's NodeTwin.
 
-    True (NodeHardwareCurrent) while the node's NodeHardware exists and was written at most
-    15 minutes ago; False with NoNodeHardware when there is none, and with NodeHardwareStale when
-    its last write is older. False means the caps in the spec are not being enforced.
+    ``hardware_present``: the node's NodeHardware exists; ``status_usable``: it has a status that
+    validates; ``last_agent_write``: the newest ``time`` of its ``metadata.managedFields`` entries
+    for the ``status`` subresource (None when there is none).
+
+    True (NodeHardwareCurrent) while a usable NodeHardware status was written at most 15 minutes
+    ago; False with NoNodeHardware when there is no NodeHardware or no usable status in it (the
+    message says which), and with NodeHardwareStale when the last status write is older. False
+    means the caps in the spec are not being enforced.
     """
     if not hardware_present:
         return AgentReporting(
             ConditionStatus.FALSE,
             NO_NODE_HARDWARE,
             "No agent has published NodeHardware for this node; its caps are not enforced.",
+        )
+    if not status_usable:
+        return AgentReporting(
+            ConditionStatus.FALSE,
+            NO_NODE_HARDWARE,
+            "The node's NodeHardware has no usable status (missing or invalid); "
+            "its caps are not enforced.",
         )
     if last_agent_write is not None:
         age = _utc(now) - _utc(last_agent_write)
@@ -634,7 +653,7 @@ def agent_reporting(
             return AgentReporting(
                 ConditionStatus.FALSE,
                 NODE_HARDWARE_STALE,
-                f"The agent last wrote NodeHardware at {last}, over 15 minutes ago; "
+                f"The agent last wrote NodeHardware status at {last}, over 15 minutes ago; "
                 "its caps may not be enforced.",
             )
     return AgentReporting(

@@ -741,38 +741,54 @@ NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
-    ("present", "age", "status", "reason"),
+    ("age", "status", "reason"),
     [
-        (False, None, ConditionStatus.FALSE, NO_NODE_HARDWARE),
-        (False, timedelta(0), ConditionStatus.FALSE, NO_NODE_HARDWARE),
-        (True, timedelta(0), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
-        (True, timedelta(minutes=14, seconds=59), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
-        (True, timedelta(minutes=15), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
-        (True, timedelta(minutes=15, seconds=1), ConditionStatus.FALSE, NODE_HARDWARE_STALE),
-        (True, timedelta(hours=3), ConditionStatus.FALSE, NODE_HARDWARE_STALE),
-        (True, timedelta(minutes=-2), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),  # clock skew
-        (True, None, ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),  # no write time known
+        (timedelta(0), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
+        (timedelta(minutes=14, seconds=59), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
+        (timedelta(minutes=15), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
+        (timedelta(minutes=15, seconds=1), ConditionStatus.FALSE, NODE_HARDWARE_STALE),
+        (timedelta(hours=3), ConditionStatus.FALSE, NODE_HARDWARE_STALE),
+        (timedelta(minutes=-2), ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),  # clock skew
+        # No status write time known (no managedFields entry for the status subresource): the
+        # usable status is all the evidence there is.
+        (None, ConditionStatus.TRUE, NODE_HARDWARE_CURRENT),
     ],
 )
-def test_agent_reporting(
-    present: bool, age: timedelta | None, status: ConditionStatus, reason: str
+def test_agent_reporting_follows_the_last_status_write(
+    age: timedelta | None, status: ConditionStatus, reason: str
 ) -> None:
     last = None if age is None else NOW - age
-    result = agent_reporting(present, last, NOW)
+    result = agent_reporting(
+        hardware_present=True, status_usable=True, last_agent_write=last, now=NOW
+    )
     assert (result.status, result.reason) == (status, reason)
     assert result.message
 
 
+@pytest.mark.parametrize("last", [None, NOW, NOW - timedelta(hours=3)])
+def test_no_nodehardware_or_no_usable_status_is_no_nodehardware(last: datetime | None) -> None:
+    none = agent_reporting(False, False, last, NOW)
+    unusable = agent_reporting(True, False, last, NOW)
+    assert (none.status, none.reason) == (ConditionStatus.FALSE, NO_NODE_HARDWARE)
+    assert (unusable.status, unusable.reason) == (ConditionStatus.FALSE, NO_NODE_HARDWARE)
+    # The message tells "nothing published" from "published, but nothing usable in it".
+    assert "No agent has published" in none.message
+    assert "no usable status" in unusable.message
+    assert none.message != unusable.message
+
+
 def test_agent_reporting_naive_times_are_utc() -> None:
     naive = (NOW - AGENT_STALE_AFTER - timedelta(seconds=1)).replace(tzinfo=None)
-    assert agent_reporting(True, naive, NOW).reason == NODE_HARDWARE_STALE
-    assert agent_reporting(True, NOW, NOW.replace(tzinfo=None)).reason == NODE_HARDWARE_CURRENT
+    assert agent_reporting(True, True, naive, NOW).reason == NODE_HARDWARE_STALE
+    assert agent_reporting(True, True, NOW, NOW.replace(tzinfo=None)).reason == (
+        NODE_HARDWARE_CURRENT
+    )
 
 
 def test_a_stale_condition_stays_the_same_while_the_agent_stays_away() -> None:
     # The condition is written only when it changes: its message must not count the minutes.
     last = NOW - timedelta(minutes=20)
-    first = agent_reporting(True, last, NOW)
-    later = agent_reporting(True, last, NOW + timedelta(hours=2))
+    first = agent_reporting(True, True, last, NOW)
+    later = agent_reporting(True, True, last, NOW + timedelta(hours=2))
     assert first == later
     assert "2025-06-01T11:40:00Z" in first.message
