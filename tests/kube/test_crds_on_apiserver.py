@@ -19,7 +19,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "spec"
 
 
 def example(name: str) -> dict[str, Any]:
-    return yaml.safe_load((EXAMPLES / name).read_text())
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return loaded
 
 
 def renamed(obj: dict[str, Any], name: str) -> dict[str, Any]:

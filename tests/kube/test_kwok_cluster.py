@@ -53,7 +53,7 @@ def wait_phase(
     deadline = time.monotonic() + timeout
     with cluster.api() as api:
         while True:
-            pod = api.get(f"/api/v1/namespaces/{namespace}/pods/{name}").json()
+            pod: dict[str, Any] = api.get(f"/api/v1/namespaces/{namespace}/pods/{name}").json()
             if pod.get("status", {}).get("phase") == phase:
                 return pod
             assert time.monotonic() < deadline, f"{name} never {phase}: {pod.get('status')}"

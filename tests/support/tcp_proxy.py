@@ -43,14 +43,14 @@ class TcpProxy:
         self.connections += 1
         task = asyncio.current_task()
         assert task is not None
-        self._pairs.add(task)  # type: ignore[arg-type]
+        self._pairs.add(task)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
         try:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except asyncio.CancelledError:
             pass
         finally:
-            self._pairs.discard(task)  # type: ignore[arg-type]
+            self._pairs.discard(task)
             for w in (writer, up_writer):
                 with contextlib.suppress(Exception):
                     w.transport.abort()

@@ -22,7 +22,8 @@ from joulie.api.nodetwin import GpuGovernorSpec
 
 
 def load(data_dir: Path, name: str) -> dict[str, Any]:
-    return yaml.safe_load((data_dir / "spec" / name).read_text())
+    loaded: dict[str, Any] = yaml.safe_load((data_dir / "spec" / name).read_text())
+    return loaded
 
 
 def test_nodetwin_example_parses_with_typed_fields(data_dir: Path) -> None:

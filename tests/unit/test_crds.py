@@ -15,7 +15,8 @@ from tests.structural import schema_errors, structural_problems
 
 
 def schema_of(info: Any) -> dict[str, Any]:
-    return crd_manifest(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema: dict[str, Any] = crd_manifest(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
 
 
 @pytest.mark.parametrize("info", ALL_CRDS, ids=lambda i: i.kind)

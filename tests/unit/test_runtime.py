@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
@@ -74,24 +75,26 @@ class Proc:
             self.popen.wait()
 
 
+class StartProc(Protocol):
+    def __call__(self, mode: str, timeout: str = "3s", ready_delay: float = 0.5) -> Proc: ...
+
+
 @pytest.fixture
-def proc_factory(tmp_path: Path) -> Iterator[type]:
+def proc_factory(tmp_path: Path) -> Iterator[StartProc]:
     started: list[Proc] = []
 
-    class Factory:
-        @staticmethod
-        def start(mode: str, timeout: str = "3s", ready_delay: float = 0.5) -> Proc:
-            p = Proc(mode, tmp_path, timeout, ready_delay)
-            started.append(p)
-            return p
+    def start(mode: str, timeout: str = "3s", ready_delay: float = 0.5) -> Proc:
+        p = Proc(mode, tmp_path, timeout, ready_delay)
+        started.append(p)
+        return p
 
-    yield Factory
+    yield start
     for p in started:
         p.stop()
 
 
-def test_health_readiness_metrics_and_graceful_sigterm(proc_factory: type) -> None:
-    p: Proc = proc_factory.start("ok")
+def test_health_readiness_metrics_and_graceful_sigterm(proc_factory: StartProc) -> None:
+    p = proc_factory("ok")
     p.wait_until_serving()
     assert p.get("/healthz").text == "ok\n"
     p.wait_ready()
@@ -110,8 +113,8 @@ def test_health_readiness_metrics_and_graceful_sigterm(proc_factory: type) -> No
     assert '"event": "stopped"' in p.output()
 
 
-def test_not_ready_before_roles_are(proc_factory: type) -> None:
-    p: Proc = proc_factory.start("ok", ready_delay=5)
+def test_not_ready_before_roles_are(proc_factory: StartProc) -> None:
+    p = proc_factory("ok", ready_delay=5)
     p.wait_until_serving()
     first = p.get("/readyz")
     assert first.status_code == 503
@@ -120,8 +123,8 @@ def test_not_ready_before_roles_are(proc_factory: type) -> None:
     p.wait_ready()
 
 
-def test_sigint_also_stops_gracefully(proc_factory: type) -> None:
-    p: Proc = proc_factory.start("ok")
+def test_sigint_also_stops_gracefully(proc_factory: StartProc) -> None:
+    p = proc_factory("ok")
     p.wait_until_serving()
     p.wait_ready()
     p.popen.send_signal(signal.SIGINT)
@@ -129,8 +132,8 @@ def test_sigint_also_stops_gracefully(proc_factory: type) -> None:
     assert "second cleaned up" in p.log.read_text()
 
 
-def test_role_that_ignores_stop_is_cancelled_after_timeout(proc_factory: type) -> None:
-    p: Proc = proc_factory.start("stuck", timeout="1s")
+def test_role_that_ignores_stop_is_cancelled_after_timeout(proc_factory: StartProc) -> None:
+    p = proc_factory("stuck", timeout="1s")
     p.wait_until_serving()
     p.wait_ready()
     started = time.monotonic()
@@ -142,8 +145,8 @@ def test_role_that_ignores_stop_is_cancelled_after_timeout(proc_factory: type) -
     assert "first cleaned up" in p.log.read_text()
 
 
-def test_failing_role_stops_the_process_with_an_error(proc_factory: type) -> None:
-    p: Proc = proc_factory.start("crash")
+def test_failing_role_stops_the_process_with_an_error(proc_factory: StartProc) -> None:
+    p = proc_factory("crash")
     assert p.popen.wait(timeout=15) == 1
     out = p.output()
     assert "role failed" in out
