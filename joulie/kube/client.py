@@ -93,8 +93,10 @@ class RequestInfo:
 class KubeClient:
     """Requests against one API server with one identity."""
 
-    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, source: str = "") -> None:
         self._api = api_client
+        self.source = source or f"API server {self.host}"
+        """Where the configuration came from (a kubeconfig path, in-cluster), for messages."""
 
     @classmethod
     async def from_kubeconfig(
@@ -108,23 +110,30 @@ class KubeClient:
             client_configuration=configuration,
             persist_config=False,
         )
-        return cls(k8s_client.ApiClient(configuration=configuration))
+        return cls(
+            k8s_client.ApiClient(configuration=configuration), f"kubeconfig {path or 'default'}"
+        )
 
     @classmethod
     def in_cluster(cls) -> KubeClient:
         configuration = k8s_client.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient(configuration=configuration))
+        return cls(k8s_client.ApiClient(configuration=configuration), "in-cluster config")
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
-        """In-cluster credentials inside a pod, otherwise the given (or default) kubeconfig."""
-        if kubeconfig is None:
-            try:
-                return cls.in_cluster()
-            except k8s_config.ConfigException:
-                pass
-        return await cls.from_kubeconfig(kubeconfig)
+        """The given kubeconfig, else KUBECONFIG, else in-cluster credentials inside a pod, else
+        ~/.kube/config. Sends nothing: a configuration that cannot be used raises
+        ``joulie.kube.connection.ClusterError`` naming the file and the problem; see that module
+        for connecting with a check of the server (and with retries)."""
+        from joulie.kube.connection import load
+
+        return await load(kubeconfig)
+
+    @property
+    def host(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
 
     async def close(self) -> None:
         await self._api.close()

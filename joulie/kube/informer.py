@@ -133,6 +133,9 @@ class Informer(Generic[T]):
         self._resource_version = ""
         self._log = log.bind(resource=self.resource)
         self._reported_malformed: set[str] = set()
+        self.last_error: BaseException | None = None
+        """Why the last list or watch failed; cleared when a list succeeds (a one-shot caller
+        reports it instead of waiting on a sync that will not come)."""
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -201,6 +204,7 @@ class Informer(Generic[T]):
                 error = work.exception()
                 if error is None:
                     continue
+                self.last_error = error
                 delay = self._backoff.next_delay()
                 self._log.warning(
                     "list/watch failed, retrying", error=str(error), retry_in_s=round(delay, 2)
@@ -247,6 +251,7 @@ class Informer(Generic[T]):
             params = {**params, "continue": token}
         self._replace(fresh)
         self._resource_version = resource_version
+        self.last_error = None
         self._backoff.reset()
         if not self._synced.is_set():
             self._synced.set()
