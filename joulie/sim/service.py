@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from joulie.api import keys
 from joulie.api.telemetry import ControlRequest
 from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.projections import (
     SlimNode,
@@ -175,7 +176,9 @@ class SimulatorRole:
     async def run(self, stopping: asyncio.Event) -> None:
         settings = self.settings
         catalog = Catalog.load(settings.hardware_catalog_path or None)
-        client = self._client or await KubeClient.connect()
+        client = self._client or await ClusterConnector().connect(stopping)
+        if client is None:  # stopped before the cluster answered
+            return
         clock = SimClock(settings.sim_time_scale)
         nodes: Informer[SlimNode] = Informer(
             client,
