@@ -28,6 +28,7 @@ binaries:
 lint: install
 	$(BIN)/ruff check joulie tests hack bench
 	$(BIN)/ruff format --check joulie tests hack bench
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy joulie hack bench

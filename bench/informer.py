@@ -135,6 +135,7 @@ def ensure_objects(cluster: LocalCluster, nodes: int, pods: int) -> dict[str, fl
 
 
 async def measure_slim(kubeconfig: str, watch_events: int) -> dict[str, Any]:
+    from joulie.api.gpu import pod_gpu_count
     from joulie.kube.client import KubeClient
     from joulie.kube.informer import Informer
     from joulie.kube.projections import (
@@ -150,7 +151,7 @@ async def measure_slim(kubeconfig: str, watch_events: int) -> dict[str, Any]:
         pods = Informer(
             client,
             "/api/v1/pods",
-            pod_projection(annotation_keys=["joulie.io/workload-class"]),
+            pod_projection(annotation_keys=["joulie.io/workload-class"], gpu_count=pod_gpu_count),
             indexers={
                 "node": pods_by_node,
                 "class-phase": pods_by_annotation_and_phase("joulie.io/workload-class", "standard"),

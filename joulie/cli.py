@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -21,9 +20,6 @@ from joulie.settings import Loaded, describe_value
 # use them, so a quick `joulie plan` or `joulie config` does not pay for them.
 
 EXIT_CONFIG = 2
-EXIT_CLUSTER = 1
-"""A one-shot command could not use the cluster: unreachable, TLS, refused. (A kubeconfig that
-cannot be used is a configuration error, EXIT_CONFIG.)"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,14 +75,6 @@ def _parser() -> argparse.ArgumentParser:
         help="queue_aware_v1: running + pending performance pods",
     )
     plan.add_argument("--output", choices=("table", "json"), default="table")
-    plan.add_argument(
-        "--timeout",
-        type=float,
-        default=15.0,
-        metavar="SECONDS",
-        help="--live: give up when the API server has not answered (or a list has kept "
-        "failing) for this long (default 15)",
-    )
     return parser
 
 
@@ -184,9 +172,9 @@ def _config(roles_text: str, output: str) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from joulie.api.inventory import InventoryError, load_inventory
+    from joulie.hardware.catalog import CatalogError
     from joulie.manager.plan import inventory_nodes, load_catalog, make_plan, render
     from joulie.manager.settings import ManagerSettings
-    from joulie.sim.catalog import CatalogError
 
     loaded = ManagerSettings.from_env(os.environ)
     if _report_problems([loaded]):
@@ -199,32 +187,22 @@ def _plan(args: argparse.Namespace) -> int:
     if args.perf_pods < 0:
         print("joulie: --perf-pods must be 0 or more", file=sys.stderr)
         return EXIT_CONFIG
-    if not args.timeout > 0:
-        print("joulie: --timeout must be more than 0 seconds", file=sys.stderr)
-        return EXIT_CONFIG
+    # The command line overrides the environment; both plans then read the settings as the
+    # controller manager does.
+    overrides = {"STATIC_HP_FRAC": str(hp_frac)}
+    if args.policy:
+        overrides["POLICY_TYPE"] = args.policy
+    plan_settings = ManagerSettings.from_env({**os.environ, **overrides}).settings
     if args.live:
         import asyncio
 
-        from joulie.kube.connection import ClusterError
         from joulie.logs import configure_logging
         from joulie.manager.plan import live
         from joulie.process_settings import LogFormat, LogLevel
 
         # Standard output carries the plan; the informers' log lines go to standard error.
         configure_logging(LogFormat.AUTO, LogLevel.WARNING, stream=sys.stderr)
-        # A list that fails ends the command with one line saying why (below); the informers'
-        # own "retrying" warnings would only repeat it.
-        logging.getLogger("joulie.informer").setLevel(logging.ERROR)
-
-        overrides = {"STATIC_HP_FRAC": str(hp_frac)}
-        if args.policy:
-            overrides["POLICY_TYPE"] = args.policy
-        live_settings = ManagerSettings.from_env({**os.environ, **overrides}).settings
-        try:
-            print(asyncio.run(live(live_settings, args.output, args.timeout)))
-        except ClusterError as exc:
-            print(f"joulie: {exc}", file=sys.stderr)
-            return EXIT_CONFIG if exc.config else EXIT_CLUSTER
+        print(asyncio.run(live(plan_settings, args.output)))
         return 0
     try:
         inventory = load_inventory(args.inventory)
@@ -232,20 +210,8 @@ def _plan(args: argparse.Namespace) -> int:
     except (InventoryError, CatalogError) as exc:
         print(f"joulie: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    nodes = inventory_nodes(inventory, catalog)
-    result = make_plan(
-        nodes,
-        PolicyType(args.policy) if args.policy else settings.policy_type,
-        hp_frac=hp_frac,
-        perf_pods=args.perf_pods,
-        queue={
-            "base_frac": settings.queue_hp_base_frac,
-            "hp_min": settings.queue_hp_min,
-            "hp_max": settings.queue_hp_max,
-            "perf_per_hp_node": settings.queue_perf_per_hp_node,
-        },
-        interval_s=settings.reconcile_interval,
-    )
+    nodes = inventory_nodes(inventory, catalog, plan_settings.gpu_product_label_keys)
+    result = make_plan(nodes, plan_settings, args.perf_pods)
     print(render(nodes, result, args.output))
     return 0
 

@@ -6,9 +6,7 @@ from typing import Any
 
 from hack.cluster.stages import FAKE_NODE_ANNOTATION
 from joulie.api import keys
-from joulie.api.inventory import Inventory, NodeGroup, label_safe
-
-_GPU_PRODUCT_LABEL = {"nvidia": "nvidia.com/gpu.product", "amd": "amd.com/gpu.product"}
+from joulie.api.inventory import Inventory, NodeGroup
 
 
 def node_manifest(name: str, group: NodeGroup, *, managed: bool = True) -> dict[str, Any]:
@@ -18,32 +16,16 @@ def node_manifest(name: str, group: NodeGroup, *, managed: bool = True) -> dict[
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        keys.HW_CPU_MODEL_LABEL: label_safe(group.cpu),
-        keys.HW_CPU_SOCKETS_LABEL: str(group.cpu_sockets),
-        keys.HW_CPU_CORES_LABEL: str(group.cpu_cores),
-        keys.HW_GPU_COUNT_LABEL: str(group.gpu_count),
+        **group.hardware_labels(),
     }
     if managed:
         labels[keys.MANAGED_LABEL] = "true"
     annotations = {
         FAKE_NODE_ANNOTATION: "fake",
         "node.alpha.kubernetes.io/ttl": "0",
-        keys.HW_CPU_MODEL_ANNOTATION: group.cpu,
+        **group.hardware_annotations(),
     }
-    capacity = {
-        "cpu": str(group.cpu_cores),
-        "memory": f"{round(group.memory_gib * 1024)}Mi",
-        "pods": "250",
-        "ephemeral-storage": "1Ti",
-    }
-    resource = group.gpu_resource
-    if resource is not None:
-        labels[keys.HW_GPU_MODEL_LABEL] = label_safe(group.product)
-        labels[keys.GPU_PRODUCT_LABEL] = label_safe(group.product)
-        if group.vendor in _GPU_PRODUCT_LABEL:
-            labels[_GPU_PRODUCT_LABEL[group.vendor]] = label_safe(group.product)
-        annotations[keys.HW_GPU_MODEL_ANNOTATION] = group.product
-        capacity[resource] = str(group.gpu_count)
+    capacity = group.capacity()
     return {
         "apiVersion": "v1",
         "kind": "Node",

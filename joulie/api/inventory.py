@@ -28,9 +28,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from joulie.api import keys
+
 GpuVendor = Literal["nvidia", "amd", "intel", "none"]
 
 _GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915"}
+# The GPU product label each vendor's feature discovery sets.
+_GPU_PRODUCT_LABEL = {"nvidia": "nvidia.com/gpu.product", "amd": "amd.com/gpu.product"}
 
 
 class InventoryError(ValueError):
@@ -80,6 +84,42 @@ class NodeGroup(BaseModel):
     @property
     def gpu_resource(self) -> str | None:
         return _GPU_RESOURCE.get(self.vendor) if self.gpu_count else None
+
+    def hardware_labels(self) -> dict[str, str]:
+        """The hardware labels of a node of this group: what a KWOK node built from the group
+        carries, and what `joulie plan` recognises its models from."""
+        labels = {
+            keys.HW_CPU_MODEL_LABEL: label_safe(self.cpu),
+            keys.HW_CPU_SOCKETS_LABEL: str(self.cpu_sockets),
+            keys.HW_CPU_CORES_LABEL: str(self.cpu_cores),
+            keys.HW_GPU_COUNT_LABEL: str(self.gpu_count),
+        }
+        if self.gpu_resource is not None:
+            product = label_safe(self.product)
+            labels[keys.HW_GPU_MODEL_LABEL] = product
+            labels[keys.GPU_PRODUCT_LABEL] = product
+            if self.vendor in _GPU_PRODUCT_LABEL:
+                labels[_GPU_PRODUCT_LABEL[self.vendor]] = product
+        return labels
+
+    def hardware_annotations(self) -> dict[str, str]:
+        """The exact model names, which label values cannot always hold."""
+        annotations = {keys.HW_CPU_MODEL_ANNOTATION: self.cpu}
+        if self.gpu_resource is not None:
+            annotations[keys.HW_GPU_MODEL_ANNOTATION] = self.product
+        return annotations
+
+    def capacity(self) -> dict[str, str]:
+        """Node capacity (and allocatable): CPUs, memory, pods and the GPUs as whole devices."""
+        capacity = {
+            "cpu": str(self.cpu_cores),
+            "memory": f"{round(self.memory_gib * 1024)}Mi",
+            "pods": "250",
+            "ephemeral-storage": "1Ti",
+        }
+        if self.gpu_resource is not None:
+            capacity[self.gpu_resource] = str(self.gpu_count)
+        return capacity
 
 
 class Inventory(BaseModel):

@@ -109,9 +109,12 @@ class CpuHardware(K8sModel):
     sockets: NonNegativeInt | None = None
     """Number of CPU packages."""
     total_cores: NonNegativeInt | None = None
-    """Logical CPUs on the node."""
+    """Logical CPUs on the node (hardware threads, as the kernel counts them)."""
     cores_per_socket: NonNegativeInt | None = None
     """Logical CPUs per package."""
+    physical_cores: NonNegativeInt | None = None
+    """Physical cores on the node, all packages together (without SMT siblings). Hardware
+    density is computed from these, never from the logical count."""
     driver_family: str | None = None
     """cpufreq driver family."""
     cap_range: CpuCapRange | None = None

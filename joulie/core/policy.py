@@ -58,7 +58,7 @@ class PlanNode:
 
     name: str
     family: str
-    """Hardware family, from :func:`joulie.core.family.hardware_family`."""
+    """Hardware family, from :func:`joulie.hardware.family.hardware_family`."""
     current_profile: str | None
     """The node's ``joulie.io/power-profile`` label now; anything but ``performance`` (eco, a
     stray value, no label) counts as not performance."""

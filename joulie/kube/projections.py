@@ -15,7 +15,6 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from joulie.api.gpu import pod_gpu_count
 from joulie.api.quantity import QuantityError, parse_quantity
 
 _intern = sys.intern
@@ -48,6 +47,7 @@ class SlimPod:
     labels: Mapping[str, str]
     cpu_millis: int
     gpus: int
+    """GPU units the pod asks for, by the projection's ``gpu_count`` (0 without one)."""
     deleting: bool
     owner_kind: str
 
@@ -124,8 +124,13 @@ def _cpu_millis(spec: Mapping[str, Any]) -> int:
 def pod_projection(
     annotation_keys: Iterable[str] = (),
     label_keys: Iterable[str] = (),
+    gpu_count: Callable[[Mapping[str, Any]], int] | None = None,
 ) -> Callable[[Mapping[str, Any]], SlimPod]:
-    """Project Pods keeping the named annotations and labels, placement, phase and requests."""
+    """Project Pods keeping the named annotations and labels, placement, phase and requests.
+
+    ``gpu_count`` computes :attr:`SlimPod.gpus` from the raw pod; which resources count as GPUs
+    is the caller's rule (this package knows none), and without one ``gpus`` is 0.
+    """
     annotations = tuple(annotation_keys)
     labels = tuple(label_keys)
 
@@ -144,7 +149,7 @@ def pod_projection(
             annotations=_subset(meta.get("annotations"), annotations),
             labels=_subset(meta.get("labels"), labels),
             cpu_millis=_cpu_millis(spec),
-            gpus=pod_gpu_count(raw),
+            gpus=gpu_count(raw) if gpu_count is not None else 0,
             deleting="deletionTimestamp" in meta,
             owner_kind=_intern(str(controller.get("kind", ""))),
         )

@@ -8,54 +8,47 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-from joulie.api.enums import PolicyType
-from joulie.api.inventory import Inventory
-from joulie.core.family import hardware_family
-from joulie.core.policy import Plan, PlanNode, PolicyInputs, family_split, plan
+from joulie.api import keys
+from joulie.api.inventory import Inventory, NodeGroup
+from joulie.core.policy import Plan, PlanNode, family_split, plan
+from joulie.hardware.catalog import Catalog
+from joulie.hardware.recognition import hardware_view
+from joulie.manager.config import policy_inputs
 from joulie.manager.settings import ManagerSettings
-from joulie.sim.catalog import Catalog
 
 
-def inventory_nodes(inventory: Inventory, catalog: Catalog) -> list[PlanNode]:
-    """Plan nodes of an inventory, families from the catalog's recognised models (raw names
-    when a model is not recognised), no current labels."""
-    families: dict[tuple[str, str, int], str] = {}
+def inventory_nodes(
+    inventory: Inventory,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> list[PlanNode]:
+    """Plan nodes of an inventory, no current labels. Each group's family is recognised from
+    the labels and annotations its nodes carry in a KWOK cluster, exactly as the controller
+    manager recognises a node that has no NodeHardware yet."""
+    product_keys = tuple(gpu_product_label_keys)
+    families: dict[NodeGroup, str] = {}
     nodes = []
     for name, group in inventory.nodes_by_name():
-        key = (group.cpu, group.product, group.gpu_count)
-        if key not in families:
-            cpu = catalog.match_cpu(group.cpu).key or group.cpu
-            gpu = (
-                (catalog.match_gpu(group.product).key or group.product) if group.gpu_count else None
+        if group not in families:
+            view = hardware_view(
+                None,
+                group.hardware_labels(),
+                group.hardware_annotations(),
+                group.capacity(),
+                catalog,
+                product_keys,
             )
-            families[key] = hardware_family(cpu, gpu, group.gpu_count)
-        nodes.append(PlanNode(name=name, family=families[key], current_profile=None))
+            families[group] = view.family
+        nodes.append(PlanNode(name=name, family=families[group], current_profile=None))
     return nodes
 
 
-def make_plan(
-    nodes: Sequence[PlanNode],
-    policy: PolicyType,
-    *,
-    hp_frac: float,
-    perf_pods: int,
-    queue: dict[str, Any],
-    interval_s: float,
-) -> Plan:
-    inputs = PolicyInputs(
-        policy=policy.value,
-        static_hp_frac=hp_frac,
-        queue_hp_base_frac=queue["base_frac"],
-        queue_hp_min=queue["hp_min"],
-        queue_hp_max=queue["hp_max"],
-        queue_perf_per_hp_node=queue["perf_per_hp_node"],
-        reconcile_interval_s=interval_s,
-    )
-    return plan(nodes, inputs, perf_pods, time.time())
+def make_plan(nodes: Sequence[PlanNode], settings: ManagerSettings, perf_pods: int) -> Plan:
+    """The plan the controller manager would make with these settings, now."""
+    return plan(nodes, policy_inputs(settings), perf_pods, time.time())
 
 
 def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
@@ -88,30 +81,19 @@ def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
     return "\n".join(lines)
 
 
-async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) -> str:
-    """Plan the live cluster from one sync of the manager's own caches; write nothing.
-
-    Raises ``ClusterError`` when the cluster is not configured, does not answer within
-    ``timeout`` seconds, or refuses a list (rather than retrying as the manager would)."""
+async def live(settings: ManagerSettings, output: str) -> str:
+    """Plan the live cluster from one sync of the manager's own caches; write nothing."""
     import asyncio
 
-    from joulie.kube.connection import connect, wait_synced
+    from joulie.kube.client import KubeClient
     from joulie.manager.role import ManagerRole
 
     stopping = asyncio.Event()
-    async with await connect(timeout=timeout) as client:
+    async with await KubeClient.connect() as client:
         role = ManagerRole(settings, client)
-        try:
-            tasks = await wait_synced(
-                role.observe(client, stopping),
-                lambda: role._informers,
-                client.source,
-                client.host,
-                timeout,
-            )
-            planned = role.planned()
-        finally:
-            stopping.set()
+        tasks = await role.observe(client, stopping)
+        planned = role.planned()
+        stopping.set()
         await asyncio.gather(*tasks, return_exceptions=True)
     changes = {
         node.name: (node.current_profile, planned.result.profiles[node.name])

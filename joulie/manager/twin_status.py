@@ -29,8 +29,8 @@ from joulie.core.twin import (
     looks_like_energy,
     status_fields,
 )
+from joulie.hardware.recognition import HardwareView
 from joulie.manager.facility import FacilityReading
-from joulie.manager.hardware import HardwareView
 from joulie.manager.power import NodePower
 
 log = structlog.get_logger("joulie.manager.twin")
@@ -58,7 +58,7 @@ def twin_hardware(
     return TwinHardware(
         cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
         sockets=view.sockets,
-        total_cores=view.total_cores,
+        total_cores=view.physical_cores,
         gpu_count=view.gpu_count,
         gpu_max_watts=gpu_max,
         gpu_min_watts=gpu_min,

@@ -1,1 +1,1 @@
-"""The simulator: hardware catalog, physics and the telemetry/control service for KWOK clusters."""
+"""The simulator: simulated node hardware and the telemetry/control service for KWOK clusters."""

@@ -23,9 +23,10 @@ from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
 from joulie.api import keys
+from joulie.api.gpu import pod_gpu_count
 from joulie.api.telemetry import ControlRequest
+from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.projections import (
     SlimNode,
@@ -35,7 +36,6 @@ from joulie.kube.projections import (
     pods_by_node,
 )
 from joulie.settings import split_address
-from joulie.sim.catalog import Catalog
 from joulie.sim.settings import SimulatorSettings
 from joulie.sim.simulation import Simulation, UnknownNode
 
@@ -176,9 +176,7 @@ class SimulatorRole:
     async def run(self, stopping: asyncio.Event) -> None:
         settings = self.settings
         catalog = Catalog.load(settings.hardware_catalog_path or None)
-        client = self._client or await ClusterConnector().connect(stopping)
-        if client is None:  # stopped before the cluster answered
-            return
+        client = self._client or await KubeClient.connect()
         clock = SimClock(settings.sim_time_scale)
         nodes: Informer[SlimNode] = Informer(
             client,
@@ -196,7 +194,8 @@ class SimulatorRole:
                 annotation_keys=[
                     keys.SIM_CPU_UTILIZATION_ANNOTATION,
                     keys.SIM_GPU_UTILIZATION_ANNOTATION,
-                ]
+                ],
+                gpu_count=pod_gpu_count,
             ),
             field_selector="status.phase=Running",
             indexers={"node": pods_by_node},
@@ -206,6 +205,7 @@ class SimulatorRole:
             lambda node: pods.by_index("node", node),
             settle_s=settings.sim_power_settle,
             ambient_c=settings.sim_ambient_c,
+            gpu_product_label_keys=settings.sim_gpu_product_label_keys,
         )
         nodes.add_handlers(
             Handlers(

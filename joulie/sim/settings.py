@@ -6,8 +6,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from joulie.api.keys import MANAGED_LABEL
-from joulie.settings import Duration, EnvSettings, LabelSelectorText, ListenAddress
+from joulie.api.keys import DEFAULT_GPU_PRODUCT_LABEL_KEYS, MANAGED_LABEL
+from joulie.settings import (
+    CommaList,
+    Duration,
+    EnvSettings,
+    LabelSelectorText,
+    ListenAddress,
+    Problem,
+)
 
 
 class SimulatorSettings(EnvSettings):
@@ -26,3 +33,20 @@ class SimulatorSettings(EnvSettings):
     """Time constant with which node power follows a change of load or controls (simulated)."""
     hardware_catalog_path: str = ""
     """A hardware catalog file replacing the embedded one (empty: embedded catalog)."""
+    sim_gpu_product_label_keys: CommaList = Field(
+        default_factory=lambda: list(DEFAULT_GPU_PRODUCT_LABEL_KEYS)
+    )
+    """Node labels searched, in order, for a node's GPU product when no joulie.io hardware
+    label or annotation names its GPU model; keep it equal to the manager's
+    GPU_PRODUCT_LABEL_KEYS so both see the same hardware."""
+
+    def check(self) -> list[Problem]:
+        if not self.sim_gpu_product_label_keys:
+            return [
+                self.problem(
+                    "sim_gpu_product_label_keys",
+                    "names no label key",
+                    "a comma-separated list of label keys",
+                )
+            ]
+        return []

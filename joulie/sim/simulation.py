@@ -8,7 +8,7 @@ and the same sequence of events gives the same numbers however fast the wall clo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -16,8 +16,6 @@ import structlog
 
 from joulie.api import keys
 from joulie.api.enums import ControlResult
-from joulie.api.gpu import node_gpu_count
-from joulie.api.hardware_labels import label_cpu_model, label_cpu_sockets, label_gpu_model
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.telemetry import (
     AppliedControls,
@@ -43,8 +41,9 @@ from joulie.core.power_model import (
     initial_state,
     steady_state,
 )
+from joulie.hardware.catalog import Catalog
+from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod
-from joulie.sim.catalog import Catalog
 
 log = structlog.get_logger("joulie.simulator")
 
@@ -64,14 +63,21 @@ def _cores(node: SlimNode) -> float:
         return 1.0
 
 
-def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, HardwareSummary]:
-    """The power spec of a node from its hardware labels and annotations, via the catalog."""
-    sockets = label_cpu_sockets(node.labels) or 1
-    cpu_raw = label_cpu_model(node.labels, node.annotations)
-    cpu_match = catalog.match_cpu(cpu_raw)
+def node_spec(
+    node: SlimNode,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> tuple[NodePowerSpec, HardwareSummary]:
+    """The power spec of a node from its hardware labels and annotations, recognised exactly as
+    the controller manager recognises a node without NodeHardware."""
+    view = hardware_view(
+        None, node.labels, node.annotations, node.allocatable, catalog, gpu_product_label_keys
+    )
+    sockets = view.sockets or 1
+    cpu_key = view.cpu_model if view.cpu_model in catalog.cpus else None
     cpu: CpuPowerSpec | None = None
-    if cpu_match.key is not None:
-        c = catalog.cpu(cpu_match.key)
+    if cpu_key is not None:
+        c = catalog.cpu(cpu_key)
         # Measured curves are wall power and can top TDP; a 100 % cap must still mean uncapped.
         peak = max([c.tdp_w, *(w for _, w in c.curve)])
         try:
@@ -85,7 +91,7 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
                 boost_ghz=c.boost_ghz,
             )
         except ValueError as exc:
-            _unusable(cpu_match.key, exc)
+            _unusable(cpu_key, exc)
     if cpu is None:
         cpu = CpuPowerSpec(
             sockets=sockets,
@@ -93,15 +99,12 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
             max_w=GENERIC_CPU_MAX_W,
             min_cap_w=GENERIC_CPU_MAX_W * CPU_MIN_CAP_FRACTION,
         )
-    gpu_count = node_gpu_count(node.labels, node.allocatable)
+    gpu_count = view.gpu_count
     gpu: GpuPowerSpec | None = None
-    gpu_key: str | None = None
     if gpu_count > 0:
-        gpu_raw = label_gpu_model(node.labels, node.annotations)
-        gpu_match = catalog.match_gpu(gpu_raw)
-        gpu_key = gpu_match.key or gpu_raw
-        if gpu_match.key is not None:
-            g = catalog.gpu(gpu_match.key)
+        gpu_key = view.gpu_model if view.gpu_model in catalog.gpus else None
+        if gpu_key is not None:
+            g = catalog.gpu(gpu_key)
             try:
                 gpu = GpuPowerSpec(
                     count=gpu_count,
@@ -111,16 +114,16 @@ def node_spec(node: SlimNode, catalog: Catalog) -> tuple[NodePowerSpec, Hardware
                     speed_exponent=g.speed_exponent,
                 )
             except ValueError as exc:
-                _unusable(gpu_match.key, exc)
+                _unusable(gpu_key, exc)
         if gpu is None:
             idle, peak, floor, exponent = GENERIC_GPU
             gpu = GpuPowerSpec(
                 count=gpu_count, idle_w=idle, max_w=peak, min_cap_w=floor, speed_exponent=exponent
             )
     summary = HardwareSummary(
-        cpu_model=cpu_match.key or cpu_raw,
+        cpu_model=view.cpu_model,
         sockets=sockets,
-        gpu_model=gpu_key,
+        gpu_model=view.gpu_model,
         gpu_count=gpu_count,
         cpu_max_w=cpu.max_w * sockets,
         gpu_max_w_per_gpu=gpu.max_w if gpu else 0.0,
@@ -184,8 +187,10 @@ class Simulation:
         pods_of: Callable[[str], Iterable[SlimPod]],
         settle_s: float = 2.0,
         ambient_c: float = 22.0,
+        gpu_product_label_keys: Sequence[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
     ) -> None:
         self._catalog = catalog
+        self._gpu_product_label_keys = tuple(gpu_product_label_keys)
         self._pods_of = pods_of
         self._settle_s = settle_s
         self.ambient_c = ambient_c
@@ -195,7 +200,7 @@ class Simulation:
     # --- changes -------------------------------------------------------------------------
 
     def upsert_node(self, node: SlimNode, t: float) -> None:
-        spec, hardware = node_spec(node, self._catalog)
+        spec, hardware = node_spec(node, self._catalog, self._gpu_product_label_keys)
         current = self.nodes.get(node.name)
         if current is None:
             sim = SimNode(

@@ -17,7 +17,7 @@ from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.core.twin import ambient_multiplier
-from joulie.sim.catalog import Catalog
+from joulie.hardware.catalog import Catalog
 from tests.e2e.test_simulator import busy_pod
 from tests.support.processes import PrometheusServer, RoleProcess
 from tests.support.waiting import wait_until

@@ -14,8 +14,8 @@ import yaml
 
 from joulie.api.enums import DiscoveryQuality
 from joulie.api.inventory import label_safe, load_inventory
-from joulie.core.family import hardware_family
-from joulie.sim.catalog import Catalog, CatalogError, CpuSpec, GpuSpec, normalize_model
+from joulie.hardware.catalog import Catalog, CatalogError, CpuSpec, GpuSpec, normalize_model
+from joulie.hardware.family import hardware_family
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 INVENTORY_FILES = sorted(INVENTORIES.glob("0*.yaml"))
@@ -27,7 +27,7 @@ def catalog() -> Catalog:
 
 
 def embedded_data() -> dict[str, Any]:
-    text = resources.files("joulie.sim").joinpath("data", "hardware-catalog.yaml").read_text()
+    text = resources.files("joulie.hardware").joinpath("data", "hardware-catalog.yaml").read_text()
     data: dict[str, Any] = yaml.safe_load(text)
     return data
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from joulie.api.gpu import pod_gpu_count
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.projections import (
     SlimPod,
@@ -40,7 +41,7 @@ def make() -> tuple[Informer[SlimPod], list[tuple[str, str]]]:
     informer: Informer[SlimPod] = Informer(
         None,  # type: ignore[arg-type]  # the store logic needs no client
         "/api/v1/pods",
-        pod_projection(annotation_keys=["joulie.io/workload-class"]),
+        pod_projection(annotation_keys=["joulie.io/workload-class"], gpu_count=pod_gpu_count),
         indexers={
             "node": pods_by_node,
             "class-phase": pods_by_annotation_and_phase("joulie.io/workload-class", "standard"),

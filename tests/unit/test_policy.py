@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from joulie.api.enums import PolicyType, Profile
 from joulie.api.inventory import load_inventory
-from joulie.core.family import hardware_family
 from joulie.core.policy import (
     Plan,
     PlanNode,
@@ -27,6 +26,7 @@ from joulie.core.policy import (
     rule_swap_assignment,
     static_hp_count,
 )
+from joulie.hardware.family import hardware_family
 
 EXP02_5K = Path(__file__).resolve().parent.parent / "data/inventories/02-cluster-nodes-5k.yaml"
 

@@ -11,8 +11,9 @@ from hack.cluster.nodes import node_manifest
 from joulie.api import keys
 from joulie.api.inventory import NodeGroup
 from joulie.api.telemetry import ControlRequest
+from joulie.hardware.catalog import Catalog
+from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod, node_projection
-from joulie.sim.catalog import Catalog
 from joulie.sim.simulation import Simulation, UnknownNode, node_load, node_spec
 
 CATALOG = Catalog.load()
@@ -73,6 +74,43 @@ def test_unknown_hardware_gets_generic_parts() -> None:
     assert summary.cpu_model == "Mystery CPU 1"
     assert spec.gpu is not None
     assert spec.idle_w > 0
+
+
+def test_gpu_product_label_keys_are_honoured_as_the_manager_honours_them() -> None:
+    # A GPU node known only through a product label the operator configured: the simulator
+    # models the model the manager plans for, from the same recognition.
+    raw = {
+        "metadata": {
+            "name": "n",
+            "labels": {
+                keys.HW_CPU_MODEL_LABEL: "AMD-EPYC-9654",
+                keys.HW_CPU_SOCKETS_LABEL: "2",
+                "example.com/accelerator": "NVIDIA-L40S",
+            },
+        },
+        "status": {"allocatable": {"cpu": "192", "nvidia.com/gpu": "4"}},
+    }
+    labelled = PROJECT(raw)
+    custom = ("example.com/accelerator",)
+    spec, summary = node_spec(labelled, CATALOG, custom)
+    view = hardware_view(
+        None, labelled.labels, labelled.annotations, labelled.allocatable, CATALOG, custom
+    )
+    assert (summary.cpu_model, summary.gpu_model, summary.gpu_count) == (
+        view.cpu_model,
+        view.gpu_model,
+        view.gpu_count,
+    )
+    assert summary.gpu_model == "NVIDIA_L40S"
+    assert spec.gpu is not None
+    assert spec.gpu.max_w == CATALOG.gpu("NVIDIA_L40S").max_w
+    # Without the key the product is not found: generic GPUs, no model.
+    _, default = node_spec(labelled, CATALOG)
+    assert default.gpu_model is None
+    # The simulation passes its configured keys down.
+    sim = Simulation(CATALOG, lambda _: (), gpu_product_label_keys=custom)
+    sim.upsert_node(labelled, 0.0)
+    assert sim.nodes["n"].hardware.gpu_model == "NVIDIA_L40S"
 
 
 def test_load_from_requests_and_utilisation_annotations() -> None:

@@ -1,7 +1,8 @@
 """Hardware as a node's labels and annotations describe it (before any agent reports it).
 
-The simulator and the controller manager read the same keys in the same order, so a node's
-models resolve the same way in both.
+Read by :mod:`joulie.hardware.recognition` only, so every role that recognises a node's models
+reads the same keys in the same order: the exact-name annotation first, then Joulie's label,
+then the labels of node feature discovery or the GPU vendors.
 """
 
 from __future__ import annotations
