@@ -44,6 +44,11 @@ WARN_ON_INVALID = _Marker("warn-on-invalid")
 EMPTY_IS_VALUE = _Marker("empty-is-value")
 """An empty string is a meaningful value (otherwise an empty variable counts as unset)."""
 
+EMPTY_IS_INVALID = _Marker("empty-is-invalid")
+"""An empty string is checked like any other value, and so refused (or, with
+``WARN_ON_INVALID``, warned about), instead of counting as unset: for variables whose spec says
+that any value but the ones it lists is an error."""
+
 # --- value types -------------------------------------------------------------------------------
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -219,7 +224,11 @@ class EnvSettings(BaseModel):
             if value is None:
                 continue
             value = value.strip()
-            if value == "" and not _has_marker(info, EMPTY_IS_VALUE):
+            if (
+                value == ""
+                and not _has_marker(info, EMPTY_IS_VALUE)
+                and not _has_marker(info, EMPTY_IS_INVALID)
+            ):
                 continue
             raw[name] = value
 
@@ -230,13 +239,19 @@ class EnvSettings(BaseModel):
         try:
             settings = cls.model_validate(candidate)
         except ValidationError as exc:
+            # Every error of a variable in one message (a JSON value can hold several).
+            details: dict[str, list[str]] = {}
             for err in exc.errors(include_url=False):
                 name = str(err["loc"][0]) if err["loc"] else ""
-                if name not in raw or name in invalid:
-                    continue
+                if name in raw:
+                    found = details.setdefault(name, [])
+                    detail = _error_detail(err, cls.model_fields[name])
+                    if detail not in found:
+                        found.append(detail)
+            for name, found in details.items():
                 invalid.add(name)
                 info = cls.model_fields[name]
-                detail = _error_detail(err, info)
+                detail = "; ".join(found)
                 if _has_marker(info, WARN_ON_INVALID):
                     warnings.append(
                         f"{cls.env_name(name)}={raw[name]!r} cannot be used: {detail}; "
@@ -310,12 +325,22 @@ _LIMIT_WORDS = {
 
 
 def _error_detail(err: Any, info: FieldInfo) -> str:
-    """pydantic's message, in the units the user wrote (durations are checked in seconds)."""
+    """pydantic's message, in the units the user wrote (durations are checked in seconds). An
+    error inside a structured value (a JSON object's entry) names the entry, the field and the
+    value found there."""
     kind = err.get("type", "")
     if kind in _LIMIT_WORDS and _is_duration(info):
         key, words = _LIMIT_WORDS[kind]
         return f"must be {words} {format_duration(float(err['ctx'][key]))}"
-    return str(err["msg"]).removeprefix("Value error, ")
+    message = str(err["msg"]).removeprefix("Value error, ")
+    inner = tuple(err.get("loc") or ())[1:]
+    if not inner:
+        return message
+    where = f"entry {inner[0]!r}"
+    if len(inner) > 1:
+        found = json.dumps(err.get("input"), default=str)
+        where += f" field {'.'.join(map(str, inner[1:]))} = {found}"
+    return f"{where}: {message}"
 
 
 def _has_marker(info: FieldInfo, marker: _Marker) -> bool:

@@ -154,8 +154,8 @@ class IntentConfig:
     * ``{cpu,gpu}_{performance,eco}_governor_preset`` <- the variables of the same names, as the
       enum member, or ``""`` for an empty variable (no preset)
     * ``gpu_clock_ceiling_pct_of_max`` <- ``gpu_eco_clock_ceiling_pct_of_max``
-    * ``gpu_model_governors`` <- ``gpu_governor_model_presets()`` (only the usable entries),
-      each as a :class:`GpuModelGovernor`
+    * ``gpu_model_governors`` <- ``gpu_governor_model_presets()`` (the usable fields of each
+      entry), each as a :class:`GpuModelGovernor`
     * ``gpu_governor_sustained_only_multi_gpu`` <- the variable of the same name
     """
 

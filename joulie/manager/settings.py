@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -17,6 +18,7 @@ from joulie.api.enums import (
 )
 from joulie.api.keys import DEFAULT_GPU_PRODUCT_LABEL_KEYS, MANAGED_LABEL, RESERVED_LABEL
 from joulie.settings import (
+    EMPTY_IS_INVALID,
     EMPTY_IS_VALUE,
     JSON,
     WARN_ON_INVALID,
@@ -80,6 +82,60 @@ class GpuGovernorModelPreset(BaseModel):
     """Clock ceiling for the efficient preset, in percent of the maximum clock."""
 
 
+_PRESETS_VARIABLE = "GPU_GOVERNOR_MODEL_PRESETS_JSON"
+_ENTRY_FIELDS = {
+    key: name
+    for name, info in GpuGovernorModelPreset.model_fields.items()
+    for key in {name, info.alias or name}
+}
+"""The keys a model entry accepts (wire aliases and field names) and the field each sets."""
+_ENTRY_KEYS = ", ".join(
+    info.alias or name for name, info in GpuGovernorModelPreset.model_fields.items()
+)
+_ENTRY_ACCEPTS = {
+    "performance": ", ".join(_GPU_PRESETS) + ', or "" for none',
+    "eco": ", ".join(_GPU_PRESETS) + ', or "" for none',
+    "compute_clock_ceiling_pct_of_max": "a number > 0 and <= 100",
+}
+
+
+def model_preset_entry(
+    model: str, entry: object
+) -> tuple[GpuGovernorModelPreset | None, list[str]]:
+    """One entry of GPU_GOVERNOR_MODEL_PRESETS_JSON: the usable fields, and a warning for each
+    field that cannot be used (naming the model, the field, the value and what is accepted).
+    None when nothing in the entry is usable."""
+    if not isinstance(entry, dict):
+        return None, [
+            f"{_PRESETS_VARIABLE} entry {model!r} ignored: {json.dumps(entry)} is not a JSON "
+            f"object (accepted: an object with the fields {_ENTRY_KEYS})"
+        ]
+    kept: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, value in entry.items():
+        found = json.dumps(value)
+        name = _ENTRY_FIELDS.get(key)
+        if name is None:
+            warnings.append(
+                f"{_PRESETS_VARIABLE} entry {model!r} field {key} = {found} ignored: not a field "
+                f"of a model entry (accepted fields: {_ENTRY_KEYS})"
+            )
+            continue
+        try:
+            GpuGovernorModelPreset.model_validate({key: value})
+        except ValidationError as exc:
+            reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            warnings.append(
+                f"{_PRESETS_VARIABLE} entry {model!r} field {key} = {found} ignored: {reason} "
+                f"(accepted: {_ENTRY_ACCEPTS[name]})"
+            )
+            continue
+        kept[key] = value
+    if not kept:
+        return None, warnings
+    return GpuGovernorModelPreset.model_validate(kept), warnings
+
+
 class ManagerSettings(EnvSettings):
     role = "manager"
 
@@ -131,7 +187,9 @@ class ManagerSettings(EnvSettings):
     """Node labels searched, in order, for a node's GPU product."""
 
     # -- governors ----------------------------------------------------------------------------
-    governor_control: Annotated[GovernorControl, WARN_ON_INVALID] = GovernorControl.OFF
+    governor_control: Annotated[GovernorControl, WARN_ON_INVALID, EMPTY_IS_INVALID] = (
+        GovernorControl.OFF
+    )
     """Which governor presets are written: off, cpu, gpu or all."""
     cpu_performance_governor_preset: Annotated[
         CpuPresetOrNone,
@@ -163,7 +221,7 @@ class ManagerSettings(EnvSettings):
         Accepts("auto, efficient, low, peak, or empty for none"),
     ] = GpuGovernorPreset.EFFICIENT.value
     """GPU preset of eco nodes (provisional default)."""
-    gpu_eco_clock_ceiling_pct_of_max: Annotated[Percent, WARN_ON_INVALID] = 80.0
+    gpu_eco_clock_ceiling_pct_of_max: Annotated[Percent, WARN_ON_INVALID, EMPTY_IS_INVALID] = 80.0
     """Graphics clock ceiling of the efficient preset, in percent of the maximum clock
     (provisional default)."""
     gpu_governor_model_presets_json: Annotated[
@@ -176,8 +234,8 @@ class ManagerSettings(EnvSettings):
         ),
     ] = Field(default_factory=dict)
     """GPU presets and clock ceiling per GPU model, matched against the product label and the
-    model the agent reports; the only way to select sustained. An unusable entry is ignored with a
-    warning."""
+    model the agent reports; the only way to select sustained. A field that cannot be used is
+    ignored with a warning, and the entry's other fields stay."""
     gpu_governor_sustained_only_multi_gpu: bool = False
     """Write the sustained preset only while a running pod on the node uses 2 or more GPUs."""
 
@@ -278,19 +336,13 @@ class ManagerSettings(EnvSettings):
         valid: dict[str, GpuGovernorModelPreset] = {}
         warnings: list[tuple[str, str]] = []
         for model, entry in self.gpu_governor_model_presets_json.items():
-            try:
-                valid[model] = GpuGovernorModelPreset.model_validate(entry)
-            except ValidationError as exc:
-                reasons = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'entry'}: "
-                    + e["msg"].removeprefix("Value error, ")
-                    for e in exc.errors()
-                )
-                warnings.append(
-                    (model, f"GPU_GOVERNOR_MODEL_PRESETS_JSON entry {model!r} ignored: {reasons}")
-                )
+            preset, problems = model_preset_entry(model, entry)
+            if preset is not None:
+                valid[model] = preset
+            warnings.extend((model, problem) for problem in problems)
         return valid, warnings
 
     def gpu_governor_model_presets(self) -> dict[str, GpuGovernorModelPreset]:
-        """The usable entries of GPU_GOVERNOR_MODEL_PRESETS_JSON (unusable ones were warned of)."""
+        """The usable fields of each GPU_GOVERNOR_MODEL_PRESETS_JSON entry, by model (every field
+        that cannot be used was warned of; an entry with none left is absent)."""
         return self._model_presets()[0]

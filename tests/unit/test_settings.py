@@ -142,7 +142,7 @@ def test_model_presets_keep_good_entries_and_warn_on_bad_ones() -> None:
             "GPU_GOVERNOR_MODEL_PRESETS_JSON": (
                 '{"NVIDIA H100 NVL": {"performance": "sustained", "eco": "efficient",'
                 ' "computeClockCeilingPctOfMax": 70},'
-                ' "L40S": {"eco": "turbo"}, "MI300X": {"eco": ""}}'
+                ' "L40S": {"eco": "turbo"}, "MI300X": {"eco": ""}, "A100": "efficient"}'
             )
         }
     )
@@ -151,9 +151,69 @@ def test_model_presets_keep_good_entries_and_warn_on_bad_ones() -> None:
     assert presets["NVIDIA H100 NVL"].performance == "sustained"
     assert presets["NVIDIA H100 NVL"].compute_clock_ceiling_pct_of_max == 70
     assert presets["MI300X"].eco == ""
+    l40s, a100 = loaded.warnings
+    assert "'L40S'" in l40s
+    assert "turbo" in l40s
+    assert "'A100'" in a100
+    assert "JSON object" in a100
+
+
+def test_a_bad_field_of_a_model_preset_is_dropped_alone() -> None:
+    loaded = ManagerSettings.from_env(
+        {
+            "GPU_GOVERNOR_MODEL_PRESETS_JSON": (
+                '{"L40S": {"performance": "peak", "eco": "turbo"},'
+                ' "MI300X": {"eco": "", "computeClockCeilingPctOfMax": 150, "colour": "red"}}'
+            )
+        }
+    )
+    assert loaded.problems == []
+    presets = loaded.settings.gpu_governor_model_presets()
+    # The usable fields stay: L40S keeps performance=peak, MI300X keeps eco="".
+    assert presets["L40S"].performance == "peak"
+    assert presets["L40S"].eco is None
+    assert presets["MI300X"].eco == ""
+    assert presets["MI300X"].compute_clock_ceiling_pct_of_max is None
+    assert len(loaded.warnings) == 3
+    by_field = {w.split(" field ")[1].split()[0]: w for w in loaded.warnings}
+    assert set(by_field) == {"eco", "computeClockCeilingPctOfMax", "colour"}
+    # Each warning names the variable, the model, the field, the value and what is accepted.
+    assert all(w.startswith("GPU_GOVERNOR_MODEL_PRESETS_JSON") for w in loaded.warnings)
+    assert "'L40S'" in by_field["eco"]
+    assert "'turbo'" in by_field["eco"]
+    assert "auto, sustained, efficient, low, peak" in by_field["eco"]
+    assert "'MI300X'" in by_field["computeClockCeilingPctOfMax"]
+    assert "150" in by_field["computeClockCeilingPctOfMax"]
+    assert "<= 100" in by_field["computeClockCeilingPctOfMax"]
+    assert "performance, eco, computeClockCeilingPctOfMax" in by_field["colour"]
+
+
+def test_model_caps_problems_name_the_model_field_and_value() -> None:
+    (problem,) = ManagerSettings.from_env(
+        {"GPU_MODEL_CAPS_JSON": '{"NVIDIA-H100": {"minCapWatts": 200, "maxCapWatts": "lots"}}'}
+    ).problems
+    assert problem.variable == "GPU_MODEL_CAPS_JSON"
+    assert "'NVIDIA-H100'" in problem.detail
+    assert "maxCapWatts" in problem.detail
+    assert '"lots"' in problem.detail
+    (ordered,) = ManagerSettings.from_env(
+        {"GPU_MODEL_CAPS_JSON": '{"L4": {"minCapWatts": 80, "maxCapWatts": 72}, "T4": 70}'}
+    ).problems
+    # Every bad entry is named in the one problem of the variable.
+    assert "entry 'L4': minCapWatts is above maxCapWatts" in ordered.detail
+    assert "entry 'T4'" in ordered.detail
+
+
+def test_an_empty_governor_control_warns_like_any_unknown_value() -> None:
+    loaded = ManagerSettings.from_env({"GOVERNOR_CONTROL": ""})
+    assert loaded.problems == []
     (warning,) = loaded.warnings
-    assert "'L40S'" in warning
-    assert "turbo" in warning
+    assert warning.startswith("GOVERNOR_CONTROL=''")
+    assert "off, cpu, gpu, all" in warning
+    assert loaded.settings.governor_control is GovernorControl.OFF
+    assert loaded.sources["GOVERNOR_CONTROL"] == Source.DEFAULT_INVALID
+    (ceiling,) = ManagerSettings.from_env({"GPU_ECO_CLOCK_CEILING_PCT_OF_MAX": " "}).warnings
+    assert ceiling.startswith("GPU_ECO_CLOCK_CEILING_PCT_OF_MAX=''")
 
 
 def test_agent_rules() -> None:
