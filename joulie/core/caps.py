@@ -3,8 +3,9 @@
 A NodeTwin.spec may state a cap twice for one device class: in absolute watts and as a percentage
 of the device's maximum. Absolute watts win whenever they are present; the percentage applies only
 without them (CPU: ``packagePowerCapWatts``, else ``packagePowerCapPctOfMax``; GPU:
-``capWattsPerGpu``, else ``capPctOfMax``). Everything that reads a NodeTwin.spec resolves it here,
-so the twin budgets for the cap the agent enforces.
+``capWattsPerGpu``, else ``capPctOfMax``). This module is that resolution, written once for every
+reader of a NodeTwin.spec: the twin budgets with it today, and a node agent applying caps is meant
+to resolve through it too, so that both see the same cap.
 
 Units:
 
@@ -14,8 +15,9 @@ Units:
   package. The percentage is of one package's maximum, which is the same share of the node's.
 * GPU watts are per GPU board, the percentage of one board's maximum power limit.
 
-The effective cap is clamped into the device's range when it is known, as the agent clamps what it
-writes: never above the maximum, never below the minimum (a minimum above the maximum is ignored).
+The effective cap is clamped into the device's range when it is known, since a device enforces
+nothing outside it: never above the maximum, never below the minimum (a minimum above the maximum
+is ignored).
 """
 
 from __future__ import annotations

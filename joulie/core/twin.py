@@ -6,7 +6,7 @@ Everything derives from the node's measured power and the budgets its hardware i
   the per-socket maximum is known: a zero would make the budget zero, which reads as unlimited
   headroom), GPU = maximum watts per board x boards, node = both.
 * Capped budgets: each TDP times its cap percentage (100 when unset or not positive). The
-  percentage is the cap the agent enforces, resolved by :mod:`joulie.core.caps` (absolute watts
+  percentage is the cap in force on the device, resolved by :mod:`joulie.core.caps` (absolute watts
   win over the percentage; CPU watts are per package, so the CPU budget is sockets x watts).
 * Headroom: the unused share of the capped budget, at most 100 but unbounded below (a node over
   its budget ranks below an idle one); 100 when the budget is 0 (unknown hardware stays neutral).
@@ -140,9 +140,9 @@ def _pct(value: float | None) -> float:
 
 
 def cap_percentages(spec: NodeTwinSpec, hw: TwinHardware) -> tuple[float | None, float | None]:
-    """The CPU and GPU caps of a NodeTwin.spec in percent of maximum, as the agent enforces them
+    """The CPU and GPU caps of a NodeTwin.spec in percent of maximum, as they are in force
     (:func:`joulie.core.caps.spec_caps` against the per-socket and per-GPU ranges). None for a
-    device class the intent leaves uncapped, or capped in watts against an unknown maximum."""
+    device class the intent leaves uncapped, or caps in watts alone against an unknown maximum."""
     caps = spec_caps(
         spec,
         cpu_max_watts_per_package=hw.cpu_max_watts_per_socket,
@@ -334,7 +334,8 @@ def twin_is_fresh(
     lease_duration_s: float | None,
     now: float,
 ) -> bool:
-    """Whether a NodeTwin's status can be trusted as current (the extender scores others neutral).
+    """Whether a NodeTwin's status can be trusted as current: the freshness rule for whatever
+    ranks nodes by their twins (a stale twin should score neutral).
 
     The manager writes a twin's status only when a figure changes, so a status timestamp would say
     nothing. Instead freshness comes from what is written anyway:
