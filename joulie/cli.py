@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,9 @@ from joulie.settings import Loaded, describe_value
 # use them, so a quick `joulie plan` or `joulie config` does not pay for them.
 
 EXIT_CONFIG = 2
+EXIT_CLUSTER = 1
+"""A one-shot command could not use the cluster: unreachable, TLS, refused. (A kubeconfig that
+cannot be used is a configuration error, EXIT_CONFIG.)"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,6 +79,14 @@ def _parser() -> argparse.ArgumentParser:
         help="queue_aware_v1: running + pending performance pods",
     )
     plan.add_argument("--output", choices=("table", "json"), default="table")
+    plan.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="--live: give up when the API server has not answered (or a list has kept "
+        "failing) for this long (default 15)",
+    )
     return parser
 
 
@@ -187,6 +199,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.perf_pods < 0:
         print("joulie: --perf-pods must be 0 or more", file=sys.stderr)
         return EXIT_CONFIG
+    if not args.timeout > 0:
+        print("joulie: --timeout must be more than 0 seconds", file=sys.stderr)
+        return EXIT_CONFIG
     # The command line overrides the environment; both plans then read the settings as the
     # controller manager does.
     overrides = {"STATIC_HP_FRAC": str(hp_frac)}
@@ -196,13 +211,22 @@ def _plan(args: argparse.Namespace) -> int:
     if args.live:
         import asyncio
 
+        from joulie.kube.connection import ClusterError
         from joulie.logs import configure_logging
         from joulie.manager.plan import live
         from joulie.process_settings import LogFormat, LogLevel
 
         # Standard output carries the plan; the informers' log lines go to standard error.
         configure_logging(LogFormat.AUTO, LogLevel.WARNING, stream=sys.stderr)
-        print(asyncio.run(live(plan_settings, args.output)))
+        # A list that fails ends the command with one line saying why (below); the informers'
+        # own "retrying" warnings would only repeat it.
+        logging.getLogger("joulie.informer").setLevel(logging.ERROR)
+
+        try:
+            print(asyncio.run(live(plan_settings, args.output, args.timeout)))
+        except ClusterError as exc:
+            print(f"joulie: {exc}", file=sys.stderr)
+            return EXIT_CONFIG if exc.config else EXIT_CLUSTER
         return 0
     try:
         inventory = load_inventory(args.inventory)

@@ -282,8 +282,12 @@ class ClusterConnector:
         self._backoff = backoff or Backoff(initial=1.0, maximum=30.0, jitter=0.2)
         self.problem: str | None = None
         self.attempts = 0
+        self.connected = False
 
     def status(self) -> str:
+        """For /readyz: ``not connected: <why>``, ``connecting`` or ``connected``."""
+        if self.connected:
+            return "connected"
         return f"not connected: {self.problem}" if self.problem else "connecting"
 
     async def connect(self, stopping: asyncio.Event) -> KubeClient | None:
@@ -308,6 +312,7 @@ class ClusterConnector:
             if self.problem is not None:
                 log.info("connected to the cluster", server=client.host)
             self.problem = None
+            self.connected = True
             self._backoff.reset()
             return client
         return None

@@ -81,19 +81,30 @@ def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
     return "\n".join(lines)
 
 
-async def live(settings: ManagerSettings, output: str) -> str:
-    """Plan the live cluster from one sync of the manager's own caches; write nothing."""
+async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) -> str:
+    """Plan the live cluster from one sync of the manager's own caches; write nothing.
+
+    Raises ``ClusterError`` when the cluster is not configured, does not answer within
+    ``timeout`` seconds, or refuses a list (rather than retrying as the manager would)."""
     import asyncio
 
-    from joulie.kube.client import KubeClient
+    from joulie.kube.connection import connect, wait_synced
     from joulie.manager.role import ManagerRole
 
     stopping = asyncio.Event()
-    async with await KubeClient.connect() as client:
+    async with await connect(timeout=timeout) as client:
         role = ManagerRole(settings, client)
-        tasks = await role.observe(client, stopping)
-        planned = role.planned()
-        stopping.set()
+        try:
+            tasks = await wait_synced(
+                role.observe(client, stopping),
+                lambda: role._informers,
+                client.source,
+                client.host,
+                timeout,
+            )
+            planned = role.planned()
+        finally:
+            stopping.set()
         await asyncio.gather(*tasks, return_exceptions=True)
     changes = {
         node.name: (node.current_profile, planned.result.profiles[node.name])

@@ -27,6 +27,7 @@ from joulie.api.gpu import pod_gpu_count
 from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.projections import (
     SlimNode,
@@ -169,14 +170,23 @@ class SimulatorRole:
         self._client = client
         self._ready = False
         self.port: int | None = None
+        self._connector = ClusterConnector()
 
     def is_ready(self) -> bool:
         return self._ready
 
+    def status(self) -> str:
+        """Why it is not ready yet, while the cluster has not answered (for /readyz)."""
+        if self._ready:
+            return "serving"
+        return self._connector.status() if self._client is None else "starting"
+
     async def run(self, stopping: asyncio.Event) -> None:
         settings = self.settings
         catalog = Catalog.load(settings.hardware_catalog_path or None)
-        client = self._client or await KubeClient.connect()
+        client = self._client or await self._connector.connect(stopping)
+        if client is None:  # stopped before the cluster answered
+            return
         clock = SimClock(settings.sim_time_scale)
         nodes: Informer[SlimNode] = Informer(
             client,

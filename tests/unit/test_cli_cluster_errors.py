@@ -161,7 +161,7 @@ def test_role_without_a_cluster_is_not_ready_and_says_why(
         lambda: httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5), 30, "/readyz to answer"
     )
     assert readyz.status_code == 503
-    assert "not ready" in readyz.text
+    assert f"not ready (not connected: {first['error']})" in readyz.text
     # It keeps trying (one line per attempt, no traceback) and stops cleanly on SIGTERM.
     wait_until(lambda: len(complaints()) >= 2, 30, "a second attempt")
     process.terminate()
