@@ -8,7 +8,10 @@ stream, typed errors, and request metrics with verb, resource and status code.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +25,6 @@ from joulie.kube import metrics
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 Params = Mapping[str, str | int | bool] | Sequence[tuple[str, str]]
@@ -90,11 +92,22 @@ class RequestInfo:
         return RequestInfo(verb, resource)
 
 
+def user_agent() -> str:
+    """``joulie/<version> (<host>; pid <pid>)``."""
+    try:
+        version = importlib.metadata.version("joulie")
+    except importlib.metadata.PackageNotFoundError:
+        version = "dev"
+    return f"joulie/{version} ({socket.gethostname()}; pid {os.getpid()})"
+
+
 class KubeClient:
     """Requests against one API server with one identity."""
 
     def __init__(self, api_client: k8s_client.ApiClient, source: str = "") -> None:
         self._api = api_client
+        # Names this very process in the API server's audit log and request metrics.
+        api_client.user_agent = user_agent()
         self.source = source or f"API server {self.host}"
         """Where the configuration came from (a kubeconfig path, in-cluster), for messages."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,7 +52,6 @@ class _Seen:
     first: float
     last: float
     patched: float
-    reported: int = field(default=1)
 
 
 def _micro_time(epoch: float) -> str:
@@ -96,8 +95,10 @@ class EventRecorder:
             seen.last = now
             if now - seen.patched >= self._series_interval:
                 await self._patch_series(seen, now)
-        except ApiError as exc:
-            log.warning("event not recorded", reason=reason, object=regarding.name, error=str(exc))
+        except Exception as exc:
+            # An Event is a report, never a reason to stop the work it reports on (a refused
+            # create, a timeout and a dropped connection alike).
+            log.warning("event not recorded", reason=reason, object=regarding.name, error=repr(exc))
 
     async def _create(
         self,
@@ -145,7 +146,6 @@ class EventRecorder:
             seen.last = now - self._window - 1
             return
         seen.patched = now
-        seen.reported = seen.count
 
     def _prune(self, now: float) -> None:
         stale = [k for k, s in self._seen.items() if now - s.last > self._window]

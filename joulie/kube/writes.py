@@ -1,139 +1,131 @@
-"""Writes that happen only when something changes.
+"""Writes that happen only when something changes, and only while the writer may write.
 
-Every role writes through a ``Writer`` with its own field manager. Before sending, the writer
-compares the desired fields with what the informer cache shows (``observed``); when every
-desired field is already there, no request is sent. Without a cache entry it remembers what it
-last wrote successfully, so repeating the same desired state is free either way. Server-side
-apply keeps each role the owner of its own fields; merge patches serve simple label edits.
+Every role writes through a ``Writer`` with its own field manager. Server-side apply keeps each
+role the owner of its own fields; before an apply the writer compares the desired body with the
+cached object, looking only at the fields this manager owns (:mod:`joulie.kube.ownership`), so a
+field or condition another writer adds never causes a write. Merge patches serve simple label
+edits and are compared with the cached object the same way.
+
+The writer also bridges the moment between its own write and the cache catching up: it remembers
+what it last wrote per object and the resourceVersion the server answered, and does not repeat a
+write while the cache still shows that version or an older one. That memory is bounded by the
+objects that exist: ``forget`` drops an object and its subresources.
+
+``may_write`` is checked before every request (leadership, for a role that must write alone):
+when it says no, :class:`NotPermitted` is raised instead of sending.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import random
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from joulie.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
+from joulie.kube.ownership import MapLists, Observed, owns_exactly, resource_version, values_match
 
-R = TypeVar("R")
 
-
-def is_subset(desired: Any, observed: Any) -> bool:
-    """True when every field of ``desired`` has the same value in ``observed``.
-
-    Lists compare whole (a desired list is the list); numbers compare by value (``60`` equals
-    ``60.0``, as the API server may echo either).
-    """
-    if isinstance(desired, Mapping):
-        if not isinstance(observed, Mapping):
-            return False
-        return all(k in observed and is_subset(v, observed[k]) for k, v in desired.items())
-    if isinstance(desired, list):
-        return (
-            isinstance(observed, list)
-            and len(desired) == len(observed)
-            and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
-        )
-    if isinstance(desired, bool) or isinstance(observed, bool):
-        return desired is observed
-    return bool(desired == observed)
+class NotPermitted(Exception):
+    """A write was refused before it was sent, because ``may_write`` said no."""
 
 
 def fingerprint(body: Any) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
-async def retry_on_conflict(
-    operation: Callable[[], Awaitable[R]], attempts: int = 5, base_delay: float = 0.01
-) -> R:
-    """Run ``operation`` again (re-reading inside it) when the server reports a conflict."""
-    for attempt in range(attempts):
-        try:
-            return await operation()
-        except ApiError as exc:
-            if not exc.conflict or attempt == attempts - 1:
-                raise
-            await asyncio.sleep(base_delay * (2**attempt) * (1 + random.random()))
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 class Writer:
-    def __init__(self, client: KubeClient, field_manager: str) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        field_manager: str,
+        *,
+        map_lists: MapLists | None = None,
+        may_write: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.client = client
         self.field_manager = field_manager
-        self._written: dict[str, str] = {}
+        self.map_lists: MapLists = map_lists or {}
+        self._may_write = may_write
+        self._written: dict[str, tuple[str, int | None]] = {}
+        """path -> (fingerprint of the last body sent, resourceVersion the server answered)."""
 
-    def _unchanged(
-        self, path: str, desired: Mapping[str, Any], observed: Mapping[str, Any] | None
-    ) -> bool:
-        if observed is not None:
-            return is_subset(desired, observed)
-        return self._written.get(path) == fingerprint(desired)
+    def __len__(self) -> int:
+        """Objects (and subresources) remembered: bounded by those written and not forgotten."""
+        return len(self._written)
 
     def forget(self, path: str) -> None:
-        """Drop the memory of the last write (e.g. the object was deleted)."""
-        self._written.pop(path, None)
+        """Drop what is remembered of the object at ``path`` and its subresources."""
+        prefix = path + "/"
+        for key in [k for k in self._written if k == path or k.startswith(prefix)]:
+            del self._written[key]
+
+    def reset(self) -> None:
+        """Forget everything (a new leadership term starts from what the cluster shows)."""
+        self._written.clear()
+
+    def _just_written(self, path: str, body: Mapping[str, Any], cached: int | None) -> bool:
+        """We sent this very body and the cache has not yet seen anything newer than our write."""
+        last = self._written.get(path)
+        if last is None or last[0] != fingerprint(body):
+            return False
+        answered = last[1]
+        return answered is not None and cached is not None and cached <= answered
+
+    def _check(self) -> None:
+        if not self._may_write():
+            raise NotPermitted(f"{self.field_manager} may not write now")
+
+    def _remember(self, path: str, body: Mapping[str, Any], answer: Any) -> None:
+        self._written[path] = (
+            fingerprint(body),
+            resource_version(answer if isinstance(answer, Mapping) else None),
+        )
 
     async def apply(
         self,
         path: str,
         desired: Mapping[str, Any],
         *,
-        observed: Mapping[str, Any] | None = None,
-        force: bool = True,
+        observed: Observed | None,
     ) -> Mapping[str, Any] | None:
-        """Server-side apply ``desired`` (apiVersion, kind, metadata.name and the fields this
-        role owns) at ``path`` (the object's URL, or its ``/status``). Returns the object the
-        server answered with, or None when nothing needed to change."""
-        if self._unchanged(path, desired, observed):
+        """Server-side apply ``desired`` (apiVersion, kind, metadata.name and every field this
+        manager owns) at ``path`` (the object's URL, or its ``/status``), unless it would change
+        nothing: ``observed`` is what the cache shows of that (sub)resource for this manager
+        (:func:`joulie.kube.ownership.observe`; None when there is no object). Returns the
+        server's answer, or None when nothing was sent."""
+        if owns_exactly(desired, observed, self.map_lists):
             return None
-        params = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
+        if self._just_written(path, desired, observed.version if observed else None):
+            return None
+        self._check()
+        params = {"fieldManager": self.field_manager, "force": "true"}
         result = await self.client.request(
             "PATCH", path, params=params, body=dict(desired), content_type=APPLY_PATCH
         )
-        self._written[path] = fingerprint(desired)
+        self._remember(path, desired, result)
         return result  # type: ignore[no-any-return]
 
     async def merge_patch(
-        self,
-        path: str,
-        patch: Mapping[str, Any],
-        *,
-        observed: Mapping[str, Any] | None = None,
+        self, path: str, patch: Mapping[str, Any], *, observed: Mapping[str, Any] | None
     ) -> Mapping[str, Any] | None:
-        """JSON merge patch, sent only when ``patch`` is not already reflected in ``observed``.
-
-        (A ``None`` value in a merge patch deletes a field; such a patch is always sent unless
-        ``observed`` lacks the field.)
-        """
+        """JSON merge patch, sent only when ``patch`` is not already reflected in ``observed``
+        (a ``None`` value deletes a field, and is a no-op when the field is absent)."""
         if observed is not None and _merge_is_noop(patch, observed):
             return None
-        if observed is None and self._written.get(path) == fingerprint(patch):
+        if self._just_written(path, patch, resource_version(observed)):
             return None
+        self._check()
         params = {"fieldManager": self.field_manager}
         result = await self.client.request(
             "PATCH", path, params=params, body=dict(patch), content_type=MERGE_PATCH
         )
-        self._written[path] = fingerprint(patch)
-        return result  # type: ignore[no-any-return]
-
-    async def create(self, collection: str, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """Create ``obj``; None when it exists already (409)."""
-        try:
-            result = await self.client.request(
-                "POST", collection, params={"fieldManager": self.field_manager}, body=dict(obj)
-            )
-        except ApiError as exc:
-            if exc.conflict:
-                return None
-            raise
+        self._remember(path, patch, result)
         return result  # type: ignore[no-any-return]
 
     async def delete(self, path: str) -> bool:
         """Delete the object at ``path``; False when it was already gone."""
+        self._check()
         self.forget(path)
         try:
             await self.client.request("DELETE", path)
@@ -145,6 +137,7 @@ class Writer:
 
 
 def _merge_is_noop(patch: Mapping[str, Any], observed: Mapping[str, Any]) -> bool:
+    """A merge patch replaces lists whole, so lists compare whole here."""
     for key, value in patch.items():
         if value is None:
             if key in observed:
@@ -153,9 +146,6 @@ def _merge_is_noop(patch: Mapping[str, Any], observed: Mapping[str, Any]) -> boo
             inner = observed.get(key)
             if not isinstance(inner, Mapping) or not _merge_is_noop(value, inner):
                 return False
-        elif not is_subset(value, observed.get(key, _MISSING)):
+        elif key not in observed or not values_match(value, observed[key], {}, key):
             return False
     return True
-
-
-_MISSING = object()

@@ -12,11 +12,12 @@ import pytest_asyncio
 
 from hack.cluster.runner import LocalCluster
 from joulie.kube import metrics
-from joulie.kube.client import KubeClient
+from joulie.kube.client import APPLY_PATCH, KubeClient
 from joulie.kube.events import WARNING, EventRecorder, ObjectRef
 from joulie.kube.informer import Informer
-from joulie.kube.projections import identity
-from joulie.kube.writes import Writer, retry_on_conflict
+from joulie.kube.ownership import Observed, observe
+from joulie.kube.writes import NotPermitted, Writer
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
 
@@ -40,15 +41,21 @@ def twin(name: str, profile: str, pct: int) -> dict[str, Any]:
 
 
 async def test_unchanged_desired_state_is_written_once(manager: KubeClient) -> None:
+    """Without a cache entry the writer's own memory of its last apply stops repeats; with one,
+    the owned-field comparison does, also for a fresh writer that remembers nothing."""
     writer = Writer(manager, "joulie-manager")
     path = f"{TWINS}/writes-1"
     before = metrics.write_count("nodetwins")
+    first = await writer.apply(path, twin("writes-1", "eco", 60), observed=None)
+    assert first is not None
+    stale = observe(first, "joulie-manager")  # what a cache shows until it catches up
     for _ in range(100):
-        await writer.apply(path, twin("writes-1", "eco", 60))
+        await writer.apply(path, twin("writes-1", "eco", 60), observed=stale)
     assert metrics.write_count("nodetwins") - before == 1
 
-    # The same through the informer cache, as a role does: the first apply happened already.
-    informer: Informer[Any] = Informer(manager, TWINS, identity)
+    informer: Informer[Observed] = Informer(
+        manager, TWINS, lambda raw: observe(raw, "joulie-manager")
+    )
     stopping = asyncio.Event()
     task = asyncio.create_task(informer.run(stopping))
     await informer.wait_synced(10)
@@ -58,13 +65,17 @@ async def test_unchanged_desired_state_is_written_once(manager: KubeClient) -> N
         await fresh.apply(path, twin("writes-1", "eco", 60), observed=informer.get("writes-1"))
     assert metrics.write_count() - before == 0
 
-    # A real change is written, and only once.
+    # A real change is written, and only once, while the cache catches up and after.
     await fresh.apply(path, twin("writes-1", "eco", 50), observed=informer.get("writes-1"))
     assert metrics.write_count() - before == 1
-    for _ in range(50):
-        await asyncio.sleep(0.05)
-        if informer.get("writes-1")["spec"]["cpu"]["packagePowerCapPctOfMax"] == 50:
-            break
+
+    def caught_up() -> bool:
+        cached = informer.get("writes-1")
+        return cached is not None and cached.fields["spec"]["cpu"]["packagePowerCapPctOfMax"] == 50
+
+    for _ in range(20):
+        await fresh.apply(path, twin("writes-1", "eco", 50), observed=informer.get("writes-1"))
+    await eventually(caught_up, 10, "the informer to see the change")
     for _ in range(20):
         await fresh.apply(path, twin("writes-1", "eco", 50), observed=informer.get("writes-1"))
     assert metrics.write_count() - before == 1
@@ -72,21 +83,112 @@ async def test_unchanged_desired_state_is_written_once(manager: KubeClient) -> N
     await task
 
 
+async def test_foreign_fields_do_not_cause_writes(manager: KubeClient) -> None:
+    """Another field manager's spec field and condition leave this manager's apply a no-op;
+    dropping one of its own fields is a change. Read from the real server's managedFields."""
+    path = f"{TWINS}/writes-4"
+    writer = Writer(manager, "joulie-manager", map_lists={"conditions": ("type",)})
+    desired = twin("writes-4", "eco", 60)
+    await writer.apply(path, desired, observed=None)
+    status = {
+        **desired,
+        "status": {
+            "schedulableClass": "eco",
+            "conditions": [
+                {
+                    "type": "AgentReporting",
+                    "status": "True",
+                    "reason": "R",
+                    "message": "m",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        },
+    }
+    del status["spec"]
+    await writer.apply(f"{path}/status", status, observed=None)
+    other = {
+        "apiVersion": "joulie.io/v1alpha1",
+        "kind": "NodeTwin",
+        "metadata": {"name": "writes-4"},
+    }
+    await manager.request(
+        "PATCH",
+        path,
+        params={"fieldManager": "someone-else", "force": "true"},
+        body={**other, "spec": {"gpu": {"capPctOfMax": 80}}},
+        content_type=APPLY_PATCH,
+    )
+    raw = await manager.request(
+        "PATCH",
+        f"{path}/status",
+        params={"fieldManager": "someone-else", "force": "true"},
+        body={
+            **other,
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Foreign",
+                        "status": "False",
+                        "reason": "X",
+                        "message": "y",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ]
+            },
+        },
+        content_type=APPLY_PATCH,
+    )
+    fresh = Writer(manager, "joulie-manager", map_lists={"conditions": ("type",)})
+    before = metrics.write_count()
+    assert await fresh.apply(path, desired, observed=observe(raw, "joulie-manager")) is None
+    assert (
+        await fresh.apply(
+            f"{path}/status",
+            status,
+            observed=observe(raw, "joulie-manager", "status", keep=("status",)),
+        )
+        is None
+    )
+    assert metrics.write_count() == before
+    # Our own cpu cap leaves the spec: that is a change (the apply removes it).
+    smaller = {**desired, "spec": {"nodeName": "writes-4", "profile": "eco"}}
+    answer = await fresh.apply(path, smaller, observed=observe(raw, "joulie-manager"))
+    assert answer is not None
+    assert "cpu" not in answer["spec"]
+    assert answer["spec"]["gpu"] == {"capPctOfMax": 80}  # theirs stays
+
+
+async def test_writes_stop_when_not_permitted(manager: KubeClient) -> None:
+    allowed = [True]
+    writer = Writer(manager, "joulie-manager", may_write=lambda: allowed[0])
+    await writer.apply(f"{TWINS}/writes-5", twin("writes-5", "eco", 60), observed=None)
+    allowed[0] = False
+    before = metrics.write_count()
+    with pytest.raises(NotPermitted):
+        await writer.apply(f"{TWINS}/writes-5", twin("writes-5", "eco", 70), observed=None)
+    with pytest.raises(NotPermitted):
+        await writer.delete(f"{TWINS}/writes-5")
+    assert metrics.write_count() == before
+
+
 async def test_status_goes_through_the_subresource(manager: KubeClient) -> None:
     writer = Writer(manager, "joulie-manager")
-    await writer.apply(f"{TWINS}/writes-2", twin("writes-2", "performance", 100))
+    await writer.apply(f"{TWINS}/writes-2", twin("writes-2", "performance", 100), observed=None)
     status = {
         "apiVersion": "joulie.io/v1alpha1",
         "kind": "NodeTwin",
         "metadata": {"name": "writes-2"},
         "status": {"schedulableClass": "performance"},
     }
-    stored = await writer.apply(f"{TWINS}/writes-2/status", status)
+    stored = await writer.apply(f"{TWINS}/writes-2/status", status, observed=None)
     assert stored is not None
     assert stored["status"]["schedulableClass"] == "performance"
     # Status in the main resource is ignored by the server, which is why the subresource exists.
     spec_only = await manager.request("GET", f"{TWINS}/writes-2")
     assert spec_only["status"] == {"schedulableClass": "performance"}
+    writer.forget(f"{TWINS}/writes-2")
+    assert len(writer) == 0  # the object and its status path are both forgotten
 
 
 async def test_node_label_merge_patch_skips_when_already_there(
@@ -99,7 +201,7 @@ async def test_node_label_merge_patch_skips_when_already_there(
         )
     writer = Writer(manager, "joulie-manager")
     patch = {"metadata": {"labels": {"joulie.io/power-profile": "eco"}}}
-    node = await writer.merge_patch("/api/v1/nodes/label-node", patch)
+    node = await writer.merge_patch("/api/v1/nodes/label-node", patch, observed=None)
     assert node is not None
     assert node["metadata"]["labels"]["joulie.io/power-profile"] == "eco"
     before = metrics.write_count("nodes")
@@ -108,36 +210,6 @@ async def test_node_label_merge_patch_skips_when_already_there(
         is None
     )
     assert metrics.write_count("nodes") == before
-
-
-async def test_conflicts_are_retried(manager: KubeClient) -> None:
-    await Writer(manager, "joulie-manager").apply(f"{TWINS}/writes-3", twin("writes-3", "eco", 60))
-    attempts = 0
-
-    async def update() -> Any:
-        nonlocal attempts
-        attempts += 1
-        current = await manager.request("GET", f"{TWINS}/writes-3")
-        if attempts == 1:
-            # Someone else writes in between: our resourceVersion is now stale.
-            await manager.request(
-                "PATCH",
-                f"{TWINS}/writes-3",
-                body={"spec": {"profile": "performance"}},
-                content_type="application/merge-patch+json",
-            )
-        # A merge patch carrying the resourceVersion read above: optimistic concurrency.
-        patch = {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "spec": {"cpu": {"packagePowerCapPctOfMax": 70}},
-        }
-        return await manager.request(
-            "PATCH", f"{TWINS}/writes-3", body=patch, content_type="application/merge-patch+json"
-        )
-
-    result = await retry_on_conflict(update)
-    assert attempts == 2
-    assert result["spec"]["cpu"]["packagePowerCapPctOfMax"] == 70
 
 
 async def test_repeated_events_do_not_flood(cluster: LocalCluster, manager: KubeClient) -> None:

@@ -1,0 +1,180 @@
+"""The fields a field manager owns, read from server-side apply's ``managedFields``.
+
+With server-side apply the applied body *is* the manager's whole claim: a field it applied before
+and leaves out now is removed from the object. So "is my apply a no-op?" has two parts, and
+neither may look at fields other writers own:
+
+1. the set of field paths the manager owns now (``managedFields``, ``fieldsV1``) equals the set
+   its desired body would own; otherwise a field left the body, or was never applied;
+2. every value in the desired body equals the object's value at the same path, where lists the
+   schema declares as map-lists are matched entry by entry on their keys (another manager's
+   condition beside ours is not a difference).
+
+Paths use the ``fieldsV1`` spelling (``f:spec``, ``k:{"type":"Ready"}``). The ``.`` marker that
+the API server adds for a map or list entry a manager owns as a whole is dropped, and so are the
+paths that only lead to deeper ones, so both sides compare as sets of leaves whatever the API
+server's bookkeeping detail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FieldPath = tuple[str, ...]
+MapLists = Mapping[str, tuple[str, ...]]
+"""Field name -> the keys of its entries, for lists with ``x-kubernetes-list-type: map``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a write compares with: the cached object's top-level fields of interest (``spec``,
+    ``status``, ...), the paths the writer's manager owns in them, and the object's version."""
+
+    fields: Mapping[str, Any]
+    owned: frozenset[FieldPath] | None
+    version: int | None
+
+
+def observe(
+    raw: Mapping[str, Any], manager: str, subresource: str = "", keep: Iterable[str] = ("spec",)
+) -> Observed:
+    """The :class:`Observed` of a raw object for ``manager`` on ``subresource``."""
+    meta = raw.get("metadata") or {}
+    return Observed(
+        fields={k: raw[k] for k in keep if k in raw},
+        owned=managed_paths(meta.get("managedFields"), manager, subresource),
+        version=resource_version(raw),
+    )
+
+
+def resource_version(raw: Mapping[str, Any] | None) -> int | None:
+    """The object's resourceVersion as a number (etcd revisions are), None if it is not one."""
+    try:
+        return int((raw or {})["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def managed_paths(
+    managed_fields: Iterable[Mapping[str, Any]] | None, manager: str, subresource: str = ""
+) -> frozenset[FieldPath] | None:
+    """The leaf paths ``manager`` owns through apply on ``subresource`` ("" for the main
+    resource); None when it has applied nothing there."""
+    for entry in managed_fields or ():
+        if (
+            entry.get("manager") == manager
+            and entry.get("operation") == "Apply"
+            and (entry.get("subresource") or "") == subresource
+        ):
+            return _leaves(_walk_fields(entry.get("fieldsV1") or {}, ()))
+    return None
+
+
+def applied_paths(body: Mapping[str, Any], map_lists: MapLists) -> frozenset[FieldPath]:
+    """The leaf paths an apply of ``body`` claims (apiVersion, kind and the object's name and
+    namespace identify the object and are not owned)."""
+    fields = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+    meta = dict(fields.pop("metadata", None) or {})
+    meta.pop("name", None)
+    meta.pop("namespace", None)
+    if meta:
+        fields["metadata"] = meta
+    return _leaves(_walk_body(fields, (), map_lists))
+
+
+def values_match(desired: Any, observed: Any, map_lists: MapLists, field: str = "") -> bool:
+    """True when every value in ``desired`` is the same in ``observed``.
+
+    Numbers compare by value (``60`` equals ``60.0``, as the API server may echo either); lists
+    compare whole unless ``field`` is a map-list, whose entries are found by their keys.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(observed, Mapping):
+            return False
+        return all(
+            k in observed and values_match(v, observed[k], map_lists, k) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        if not isinstance(observed, list):
+            return False
+        keys = map_lists.get(field)
+        if keys:
+            by_key = {_entry_key(o, keys): o for o in observed if isinstance(o, Mapping)}
+            return all(
+                isinstance(d, Mapping)
+                and (o := by_key.get(_entry_key(d, keys))) is not None
+                and values_match(d, o, map_lists)
+                for d in desired
+            )
+        return len(desired) == len(observed) and all(
+            values_match(d, o, map_lists) for d, o in zip(desired, observed, strict=True)
+        )
+    if isinstance(desired, bool) or isinstance(observed, bool):
+        return desired is observed
+    return bool(desired == observed)
+
+
+def owns_exactly(
+    desired: Mapping[str, Any], observed: Observed | None, map_lists: MapLists
+) -> bool:
+    """Whether applying ``desired`` would change nothing: same owned paths, same values."""
+    return (
+        observed is not None
+        and observed.owned is not None
+        and observed.owned == applied_paths(desired, map_lists)
+        and values_match(_owned_part(desired), observed.fields, map_lists)
+    )
+
+
+def _owned_part(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+
+
+def _entry_key(entry: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    return "k:" + json.dumps({k: entry.get(k) for k in keys}, sort_keys=True, separators=(",", ":"))
+
+
+def _walk_fields(tree: Mapping[str, Any], prefix: FieldPath) -> Iterator[FieldPath]:
+    for key, sub in tree.items():
+        if key == ".":
+            yield prefix
+            continue
+        step = key
+        if key.startswith("k:"):  # re-encode, so both sides spell an entry's key alike
+            with contextlib.suppress(ValueError):
+                step = "k:" + json.dumps(json.loads(key[2:]), sort_keys=True, separators=(",", ":"))
+        path = (*prefix, step)
+        if isinstance(sub, Mapping) and sub:
+            yield from _walk_fields(sub, path)
+        else:
+            yield path
+
+
+def _walk_body(value: Any, prefix: FieldPath, map_lists: MapLists) -> Iterator[FieldPath]:
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            yield prefix
+        for key, sub in value.items():
+            path = (*prefix, f"f:{key}")
+            keys = map_lists.get(key)
+            if keys and isinstance(sub, list):
+                if not sub:
+                    yield path
+                for entry in sub:
+                    if isinstance(entry, Mapping):
+                        yield from _walk_body(entry, (*path, _entry_key(entry, keys)), map_lists)
+            else:
+                yield from _walk_body(sub, path, map_lists)
+        return
+    yield prefix
+
+
+def _leaves(paths: Iterable[FieldPath]) -> frozenset[FieldPath]:
+    """Drop the paths that only lead to deeper ones."""
+    found = set(paths)
+    inner = {path[:i] for path in found for i in range(1, len(path))}
+    return frozenset(found - inner)
