@@ -243,6 +243,16 @@ def is_active_performance_pod(
     return is_running_pod(phase, deleting) and workload_class == WorkloadClass.PERFORMANCE
 
 
+MULTI_GPU_POD_MIN_GPUS = 2
+"""A pod with at least this many GPU units counts as a multi-GPU workload (the sustained rule)."""
+
+
+def uses_multi_gpu(gpus: int) -> bool:
+    """Whether a pod using ``gpus`` GPU units is a multi-GPU workload: the one place the rule
+    lives, read by the intents and by the manager's triggers alike."""
+    return gpus >= MULTI_GPU_POD_MIN_GPUS
+
+
 def max_running_pod_gpus(pods: Iterable[tuple[str | None, bool, int]]) -> int:
     """The most GPU units any running, non-terminating pod on the node uses (0 without one).
 
@@ -516,7 +526,7 @@ def gpu_governor(
     if (
         wanted == GpuGovernorPreset.SUSTAINED
         and config.gpu_governor_sustained_only_multi_gpu
-        and running_pod_max_gpus < 2
+        and not uses_multi_gpu(running_pod_max_gpus)
     ):
         return None
     gpu = hardware.gpu if hardware is not None else None

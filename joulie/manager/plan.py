@@ -97,7 +97,7 @@ async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) ->
         try:
             tasks = await wait_synced(
                 role.observe(client, stopping),
-                lambda: role._informers,
+                lambda: role.informers,
                 client.source,
                 client.host,
                 timeout,

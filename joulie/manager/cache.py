@@ -1,0 +1,271 @@
+"""The manager's view of the cluster: informers over Nodes, Pods, NodeHardware and NodeTwins, the
+indexes a reconcile looks facts up in, and the triggers that decide which change starts one.
+
+Every collection is kept as a slim frozen projection of the fields some decision reads, so an
+update that touches nothing else never reaches a handler, and a reconcile compares cache objects
+by identity. A trigger fires only when a field the plan, an intent or the twin reads has changed:
+an agent's NodeHardware heartbeat, a standard pod starting, or our own label write do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from joulie.api import keys
+from joulie.api.gpu import pod_gpu_count
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.core.intents import is_active_performance_pod, is_running_pod, uses_multi_gpu
+from joulie.kube.client import KubeClient
+from joulie.kube.informer import Handlers, Informer
+from joulie.kube.ownership import Observed, observe
+from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
+from joulie.manager.metrics import TRIGGERS
+
+log = structlog.get_logger("joulie.manager")
+
+NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
+NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+PERFORMANCE = "performance"
+
+_CLASS_PHASE = "class-phase"
+_ACTIVE_PERFORMANCE = "active-performance"
+_MULTI_GPU = "multi-gpu"
+_NODE = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareFacts:
+    """One NodeHardware as far as the manager reads it."""
+
+    node: str
+    """The node it describes (spec.nodeName, else its own name)."""
+    status: NodeHardwareStatus | None
+    """The agent's report without its write time; None when missing or invalid."""
+    problem: str | None
+    """Why ``status`` is None although the agent wrote one (it is invalid)."""
+    last_write: datetime | None
+    """When its status was last written, by any writer (managedFields): the agent's pulse."""
+
+    def same_for_planning(self, other: HardwareFacts) -> bool:
+        return (self.node, self.status, self.problem) == (other.node, other.status, other.problem)
+
+
+@dataclass(frozen=True, slots=True)
+class TwinRecord:
+    """One NodeTwin: what this manager owns of its spec and status, and the status as stored."""
+
+    name: str
+    spec: Observed
+    status: Observed
+
+    @property
+    def stored_status(self) -> Mapping[str, Any]:
+        return self.status.fields.get("status") or {}
+
+
+def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
+    meta = raw["metadata"]
+    node = str((raw.get("spec") or {}).get("nodeName") or meta["name"])
+    status: NodeHardwareStatus | None = None
+    problem: str | None = None
+    if raw.get("status"):
+        try:
+            # The write time is the agent's pulse, not a fact about the hardware.
+            status = NodeHardwareStatus.model_validate(raw["status"]).model_copy(
+                update={"updated_at": None}
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "status"
+            problem = f"invalid status ({exc.error_count()} error(s)); {where}: {first['msg']}"
+    return HardwareFacts(node, status, problem, _status_written_at(meta.get("managedFields")))
+
+
+def _status_written_at(managed: Any) -> datetime | None:
+    times = [
+        entry.get("time")
+        for entry in managed or ()
+        if entry.get("subresource") == "status" and entry.get("time")
+    ]
+    if not times:
+        return None
+    try:
+        return datetime.fromisoformat(str(max(times)).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinRecord]:
+    def project(raw: Mapping[str, Any]) -> TwinRecord:
+        return TwinRecord(
+            name=raw["metadata"]["name"],
+            spec=observe(raw, manager, "", keep=("spec",)),
+            status=observe(raw, manager, "status", keep=("status",)),
+        )
+
+    return project
+
+
+def _pod_class(pod: SlimPod) -> str | None:
+    return pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION)
+
+
+def _class_phase(pod: SlimPod) -> tuple[str, ...]:
+    """Index: ``<class>/<phase>``, so P (performance pods running or pending) is two look-ups."""
+    return (f"{_pod_class(pod) or ''}/{pod.phase}",)
+
+
+def _active_performance_node(pod: SlimPod) -> tuple[str, ...]:
+    """Index: the node of a pod that holds back a downgrade (the guard)."""
+    if pod.node_name and is_active_performance_pod(pod.phase, pod.deleting, _pod_class(pod)):
+        return (pod.node_name,)
+    return ()
+
+
+def _multi_gpu_node(pod: SlimPod) -> tuple[str, ...]:
+    """Index: the node of a running pod whose GPU count the sustained-preset rule counts."""
+    if pod.node_name and is_running_pod(pod.phase, pod.deleting) and uses_multi_gpu(pod.gpus):
+        return (pod.node_name,)
+    return ()
+
+
+def _hardware_node(facts: HardwareFacts) -> tuple[str, ...]:
+    return (facts.node,)
+
+
+def _planning_labels(node: SlimNode) -> dict[str, str]:
+    """All labels but the one this role writes, so our own label patch starts no reconcile."""
+    return {k: v for k, v in node.labels.items() if k != keys.POWER_PROFILE_LABEL}
+
+
+class ClusterCache:
+    """The informers, their indexes, and the triggers (``on_change`` is called, synchronously,
+    when something a decision reads has changed)."""
+
+    def __init__(self, client: KubeClient, field_manager: str, on_change: Callable[[], None]):
+        self._on_change = on_change
+        self.nodes: Informer[SlimNode] = Informer(
+            client,
+            "/api/v1/nodes",
+            node_projection(
+                annotation_keys=[keys.HW_CPU_MODEL_ANNOTATION, keys.HW_GPU_MODEL_ANNOTATION]
+            ),
+        )
+        self.pods: Informer[SlimPod] = Informer(
+            client,
+            "/api/v1/pods",
+            pod_projection(
+                annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION], gpu_count=pod_gpu_count
+            ),
+            indexers={
+                _CLASS_PHASE: _class_phase,
+                # Per-node facts the intents need, kept current by the informer so that a
+                # reconcile looks them up instead of walking every node's pods.
+                _ACTIVE_PERFORMANCE: _active_performance_node,
+                _MULTI_GPU: _multi_gpu_node,
+            },
+        )
+        self.hardware: Informer[HardwareFacts] = Informer(
+            client, NODEHARDWARES, hardware_facts, indexers={_NODE: _hardware_node}
+        )
+        self.twins: Informer[TwinRecord] = Informer(
+            client, NODETWINS, twin_projection(field_manager)
+        )
+        self.informers: list[Informer[Any]] = [self.nodes, self.pods, self.hardware, self.twins]
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=lambda _: self._fire("node"),
+                on_update=self._node_updated,
+                on_delete=lambda _: self._fire("node"),
+            )
+        )
+        self.pods.add_handlers(
+            Handlers(on_add=self._pod_seen, on_update=self._pod_updated, on_delete=self._pod_seen)
+        )
+        self.hardware.add_handlers(
+            Handlers(
+                on_add=self._hardware_added,
+                on_update=self._hardware_updated,
+                on_delete=lambda _: self._fire("nodehardware"),
+            )
+        )
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.wait_synced()
+
+    # --- look-ups ---------------------------------------------------------------------------
+
+    def performance_pods(self) -> int:
+        """P: running and pending performance pods cluster-wide, not terminating."""
+        return sum(
+            1
+            for phase in ("Running", "Pending")
+            for pod in self.pods.by_index(_CLASS_PHASE, f"{PERFORMANCE}/{phase}")
+            if not pod.deleting
+        )
+
+    def active_performance_pods(self, node: str) -> int:
+        return self.pods.index_count(_ACTIVE_PERFORMANCE, node)
+
+    def multi_gpu_pods(self, node: str) -> list[SlimPod]:
+        return self.pods.by_index(_MULTI_GPU, node)
+
+    def hardware_of(self, node: str) -> HardwareFacts | None:
+        found = self.hardware.by_index(_NODE, node)
+        return found[0] if found else None
+
+    # --- triggers ---------------------------------------------------------------------------
+
+    def _fire(self, source: str) -> None:
+        TRIGGERS.labels(source).inc()
+        self._on_change()
+
+    def _node_updated(self, old: SlimNode, new: SlimNode) -> None:
+        if (
+            _planning_labels(old) != _planning_labels(new)
+            or old.annotations != new.annotations
+            or old.unschedulable != new.unschedulable
+            or old.deleting != new.deleting
+            or old.allocatable != new.allocatable
+        ):
+            self._fire("node")
+
+    def _pod_seen(self, pod: SlimPod) -> None:
+        if _pod_class(pod) == PERFORMANCE or _multi_gpu_node(pod):
+            self._fire("pod")
+
+    def _pod_updated(self, old: SlimPod, new: SlimPod) -> None:
+        if (
+            PERFORMANCE in (_pod_class(old), _pod_class(new))
+            and (
+                (old.phase, old.deleting, old.node_name) != (new.phase, new.deleting, new.node_name)
+                or _pod_class(old) != _pod_class(new)
+            )
+        ) or _multi_gpu_node(old) != _multi_gpu_node(new):
+            self._fire("pod")
+
+    def _hardware_added(self, facts: HardwareFacts) -> None:
+        _report_problem(None, facts)
+        self._fire("nodehardware")
+
+    def _hardware_updated(self, old: HardwareFacts, new: HardwareFacts) -> None:
+        _report_problem(old, new)
+        if not new.same_for_planning(old):
+            self._fire("nodehardware")
+
+
+def _report_problem(old: HardwareFacts | None, new: HardwareFacts) -> None:
+    """One warning when a node's NodeHardware becomes unusable (or unusable differently)."""
+    if new.problem is not None and (old is None or old.problem != new.problem):
+        log.warning("NodeHardware unusable", node=new.node, problem=new.problem)

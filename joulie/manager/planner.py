@@ -1,0 +1,160 @@
+"""From the cluster cache to the plan: which nodes are eligible, what hardware each has, the
+policy's profiles, and each node's intent (NodeTwin spec and schedulable class).
+
+Everything here is a cache read plus a pure ``core`` call. Per node, a :class:`NodeMemo` keeps
+what was last computed together with the cache objects it came from; the informers replace an
+object on every change, so identity tells whether an input moved, and a steady reconcile at
+5,000 nodes recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from joulie.api import keys
+from joulie.api.selector import parse_selector
+from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_twin_spec
+from joulie.core.policy import Plan, PlanNode, plan
+from joulie.core.twin import TwinHardware
+from joulie.hardware.catalog import Catalog
+from joulie.hardware.recognition import HardwareView, hardware_view
+from joulie.kube.projections import SlimNode
+from joulie.manager.cache import ClusterCache, HardwareFacts
+from joulie.manager.config import intent_config, policy_inputs
+from joulie.manager.settings import ManagerSettings
+from joulie.manager.twin_status import twin_hardware
+
+
+@dataclass(slots=True)
+class NodeMemo:
+    """What was last computed for one node, and from which cache objects."""
+
+    node: SlimNode | None = None
+    hardware: HardwareFacts | None = None
+    view: HardwareView | None = None
+    intent_inputs: tuple[Any, ...] = ()
+    intent: NodeIntent | None = None
+    spec_wire: dict[str, Any] | None = None
+    """``intent.spec`` as applied, built once per intent."""
+    twin_hardware: TwinHardware | None = None
+    verified: tuple[Any, ...] = ()
+    """The inputs last found to need no write (see ``NodeWriter.write``)."""
+
+
+class Planned(NamedTuple):
+    nodes: list[SlimNode]
+    hardware: dict[str, HardwareFacts | None]
+    views: dict[str, HardwareView]
+    plan_nodes: list[PlanNode]
+    perf_pods: int
+    result: Plan
+
+
+class Planner:
+    def __init__(self, settings: ManagerSettings, cache: ClusterCache, catalog: Catalog) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.catalog = catalog
+        self.config = intent_config(settings)
+        self.inputs = policy_inputs(settings)
+        self._selector = parse_selector(settings.node_selector)
+        self.memos: dict[str, NodeMemo] = {}
+
+    def eligible(self, node: SlimNode) -> bool:
+        return (
+            self._selector.matches(node.labels)
+            and not node.unschedulable
+            and not node.deleting
+            and node.labels.get(self.settings.reserved_label_key) != "true"
+        )
+
+    def memo(self, name: str) -> NodeMemo:
+        found = self.memos.get(name)
+        if found is None:
+            found = self.memos[name] = NodeMemo()
+        return found
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop the memos of nodes that no longer exist."""
+        for name in [n for n in self.memos if n not in keep]:
+            del self.memos[name]
+
+    def view(self, node: SlimNode, facts: HardwareFacts | None) -> HardwareView:
+        memo = self.memo(node.name)
+        if memo.view is None or memo.node is not node or memo.hardware is not facts:
+            memo.view = hardware_view(
+                facts.status if facts is not None else None,
+                node.labels,
+                node.annotations,
+                node.allocatable,
+                self.catalog,
+                self.config.gpu_product_label_keys,
+            )
+            # Everything derived from the node or its hardware is stale now.
+            memo.node, memo.hardware = node, facts
+            memo.intent = memo.spec_wire = memo.twin_hardware = None
+        return memo.view
+
+    def planned(self) -> Planned:
+        """The plan for the eligible nodes from the caches, before anything is written (the
+        reconcile writes it; `joulie plan --live` only prints it)."""
+        nodes = sorted(
+            (n for n in self.cache.nodes.values() if self.eligible(n)), key=lambda n: n.name
+        )
+        hardware = {n.name: self.cache.hardware_of(n.name) for n in nodes}
+        views = {n.name: self.view(n, hardware[n.name]) for n in nodes}
+        plan_nodes = [
+            PlanNode(n.name, views[n.name].family, n.labels.get(keys.POWER_PROFILE_LABEL))
+            for n in nodes
+        ]
+        perf_pods = self.cache.performance_pods()
+        result = plan(plan_nodes, self.inputs, perf_pods, time.time())
+        return Planned(nodes, hardware, views, plan_nodes, perf_pods, result)
+
+    def intent(self, node: SlimNode, facts: HardwareFacts | None, result: Plan) -> NodeIntent:
+        view = self.view(node, facts)
+        memo = self.memo(node.name)
+        multi_gpu = max_running_pod_gpus(
+            (p.phase, p.deleting, p.gpus) for p in self.cache.multi_gpu_pods(node.name)
+        )
+        inputs = (
+            result.profiles[node.name],
+            self.cache.active_performance_pods(node.name),
+            multi_gpu,
+            result.policy_name,
+        )
+        if memo.intent is not None and memo.intent_inputs == inputs:
+            return memo.intent  # view() keeps it only while the node and its hardware stay
+        memo.intent = node_twin_spec(
+            node.name,
+            inputs[0],
+            active_perf_pods=inputs[1],
+            gpu_count=view.gpu_count,
+            hardware=facts.status if facts is not None else None,
+            labels=node.labels,
+            catalog_gpu_range=view.catalog_gpu_range,
+            running_pod_max_gpus=multi_gpu,
+            policy_name=result.policy_name,
+            config=self.config,
+        )
+        memo.intent_inputs = inputs
+        memo.spec_wire = None
+        return memo.intent
+
+    def spec_wire(self, name: str, intent: NodeIntent) -> dict[str, Any]:
+        """``intent.spec`` on the wire, built once per intent."""
+        memo = self.memo(name)
+        if memo.spec_wire is None or memo.intent is not intent:
+            memo.spec_wire = intent.spec.to_wire()
+        return memo.spec_wire
+
+    def twin_hardware(self, node: SlimNode, facts: HardwareFacts | None) -> TwinHardware:
+        view = self.view(node, facts)
+        memo = self.memo(node.name)
+        if memo.twin_hardware is None:
+            memo.twin_hardware = twin_hardware(
+                view, facts.status if facts is not None else None, node.labels, self.config
+            )
+        return memo.twin_hardware
