@@ -111,6 +111,10 @@ class Controller:
         if key == RECONCILE_KEY:
             try:
                 await self.reconcile()
+            except NotPermitted:
+                # The renew deadline passed mid-reconcile: the elector is about to end this
+                # term; nothing more was sent.
+                log.warning("leadership lost during a reconcile; its remaining writes not sent")
             finally:
                 # The periodic reconcile never stops; a failed one comes back sooner, through
                 # the queue's backoff (the earlier deadline wins).
