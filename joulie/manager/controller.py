@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -69,8 +69,10 @@ class Controller:
         power: PowerReader,
         twin: TwinTracker,
         facility: FacilityPoller | None,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._interval = interval
+        self._wall_clock = wall_clock
         self._cache = cache
         self._planner = planner
         self._writer = writer
@@ -132,7 +134,7 @@ class Controller:
         names = [n.name for n in planned.nodes]
         reading = await self._power.reading(names)
         facility = self._facility.latest if self._facility is not None else FacilityReading()
-        inputs = PassInputs(planned.result, reading, facility, datetime.now(UTC))
+        inputs = PassInputs(planned.result, reading, facility, self._wall_clock())
         self._last = inputs
         writes_before = self._writer.writes
         performing: set[str] = set()

@@ -10,6 +10,7 @@ object on every change, so identity tells whether an input moved, and a steady r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -53,8 +54,15 @@ class Planned(NamedTuple):
 
 
 class Planner:
-    def __init__(self, settings: ManagerSettings, cache: ClusterCache, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        settings: ManagerSettings,
+        cache: ClusterCache,
+        catalog: Catalog,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
+        self._clock = clock
         self.cache = cache
         self.catalog = catalog
         self.config = intent_config(settings)
@@ -110,7 +118,7 @@ class Planner:
             for n in nodes
         ]
         perf_pods = self.cache.performance_pods()
-        result = plan(plan_nodes, self.inputs, perf_pods, time.time())
+        result = plan(plan_nodes, self.inputs, perf_pods, self._clock())
         return Planned(nodes, hardware, views, plan_nodes, perf_pods, result)
 
     def intent(self, node: SlimNode, facts: HardwareFacts | None, result: Plan) -> NodeIntent:

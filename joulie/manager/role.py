@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from joulie.hardware.catalog import Catalog
@@ -44,9 +46,18 @@ DEFAULT_NAMESPACE = "joulie-system"
 class ManagerRole:
     name = "manager"
 
-    def __init__(self, settings: ManagerSettings, client: KubeClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: ManagerSettings,
+        client: KubeClient | None = None,
+        *,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """``client``: an open client to use (else one is connected in :meth:`run`);
+        ``wall_clock``: the time decisions are made at (tests move it)."""
         self.settings = settings
         self._client = client
+        self._wall_clock = wall_clock
         self._namespace = os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
         self._cache: ClusterCache | None = None
         self._planner: Planner | None = None
@@ -84,7 +95,9 @@ class ManagerRole:
 
     def _build_cache(self, client: KubeClient) -> ClusterCache:
         self._cache = ClusterCache(client, FIELD_MANAGER, on_change=self._trigger)
-        self._planner = Planner(self.settings, self._cache, Catalog.load())
+        self._planner = Planner(
+            self.settings, self._cache, Catalog.load(), lambda: self._wall_clock().timestamp()
+        )
         return self._cache
 
     def _trigger(self) -> None:
@@ -134,6 +147,7 @@ class ManagerRole:
             power,
             TwinTracker(settings.node_power_trend_window),
             facility,
+            self._wall_clock,
         )
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(i.run(stopping)) for i in cache.informers

@@ -116,7 +116,7 @@ async def test_foreign_fields_do_not_cause_writes(manager: KubeClient) -> None:
         "PATCH",
         path,
         params={"fieldManager": "someone-else", "force": "true"},
-        body={**other, "spec": {"gpu": {"capPctOfMax": 80}}},
+        body={**other, "spec": {"cpu": {"governor": {"preset": "balanced"}}}},
         content_type=APPLY_PATCH,
     )
     raw = await manager.request(
@@ -155,8 +155,7 @@ async def test_foreign_fields_do_not_cause_writes(manager: KubeClient) -> None:
     smaller = {**desired, "spec": {"nodeName": "writes-4", "profile": "eco"}}
     answer = await fresh.apply(path, smaller, observed=observe(raw, "joulie-manager"))
     assert answer is not None
-    assert "cpu" not in answer["spec"]
-    assert answer["spec"]["gpu"] == {"capPctOfMax": 80}  # theirs stays
+    assert answer["spec"]["cpu"] == {"governor": {"preset": "balanced"}}  # theirs stays
 
 
 async def test_writes_stop_when_not_permitted(manager: KubeClient) -> None:
