@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ def read_lease(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
 def holder(cluster: LocalCluster, name: str) -> str | None:
     lease = read_lease(cluster, name)
     return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+def renew_time(lease: Mapping[str, Any]) -> datetime:
+    return datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%f%z")
 
 
 def gauge(name: str) -> float | None:
@@ -180,12 +185,21 @@ def test_two_processes_elect_exactly_one_leader(
     wait_for(lambda: leader.state() == "leader", timeout=5)
     wait_for(lambda: follower.states(), timeout=10)
 
-    # A few seconds of renewals (several lease durations): one leader all along.
-    watched_until = time.monotonic() + 4
-    while time.monotonic() < watched_until:
+    # "Nothing else happens" is the behaviour here, so it is watched over a span that the Lease
+    # itself measures: until the leader's renewals reach more than a lease duration (3 s) past
+    # the first one seen, a span in which a follower would have taken an unrenewed Lease. One
+    # leader all along.
+    start = read_lease(cluster, lease_name)
+    assert start is not None
+
+    def renewed_past_a_lease_duration() -> bool:
         assert [a.state(), b.state()].count("leader") <= 1
-        assert holder(cluster, lease_name) == leader.identity
-        time.sleep(0.05)
+        lease = read_lease(cluster, lease_name)
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == leader.identity
+        return (renew_time(lease) - renew_time(start)).total_seconds() > 3 + 1
+
+    wait_for(renewed_past_a_lease_duration, timeout=15, interval=0.05)
     assert leader.state() == "leader", leader.log()
     assert follower.state() == "follower", follower.log()
     assert follower.states()[-1][2] == f"holder={leader.identity}"
@@ -222,7 +236,18 @@ def test_killed_leader_is_replaced_within_the_lease_duration(
     cluster: LocalCluster, lease_name: str, spawn: Callable[..., Candidate]
 ) -> None:
     lead, follow = start_leader_and_follower(cluster, lease_name, spawn)
-    time.sleep(1)
+    # Kill the leader in its steady state: once it has renewed while the follower follows (the
+    # follower counts the lease duration from the last change of the record it saw).
+    following = read_lease(cluster, lease_name)
+    assert following is not None
+    version: str = following["metadata"]["resourceVersion"]
+
+    def renewed() -> bool:
+        lease = read_lease(cluster, lease_name)
+        assert lease is not None
+        return bool(lease["metadata"]["resourceVersion"] != version)
+
+    wait_for(renewed, timeout=10)
     lead.process.send_signal(signal.SIGKILL)
     killed = time.time()
     lead.process.wait(timeout=5)
@@ -272,11 +297,13 @@ class FakeClock:
 
 
 class FlakyClient:
-    """A real KubeClient whose requests can be made to fail, as in a network partition."""
+    """A real KubeClient whose requests can be made to fail, as in a network partition. It counts
+    the requests the server answered, by verb: a poll is a GET, a renewal or takeover a PUT."""
 
     def __init__(self, inner: KubeClient) -> None:
         self.inner = inner
         self.failing = False
+        self.answered: Counter[str] = Counter()
 
     async def request(
         self,
@@ -289,7 +316,9 @@ class FlakyClient:
     ) -> Any:
         if self.failing:
             raise aiohttp.ClientConnectionError("injected: API server unreachable")
-        return await self.inner.request(method, path, params=params, body=body, timeout=timeout)
+        answer = await self.inner.request(method, path, params=params, body=body, timeout=timeout)
+        self.answered[method] += 1
+        return answer
 
     async def watch(
         self, path: str, *, params: Mapping[str, Any], idle_timeout: float
@@ -351,7 +380,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
 
     async def work() -> None:
         try:
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # leader work that runs until it is cancelled
         except asyncio.CancelledError:
             work_cancelled.set()
             raise
@@ -369,7 +398,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
             await asyncio.wait_for(elector.wait_leading(), timeout=5)
             assert elector.is_leader
             assert gauge(lease_name) == 1
-            await asyncio.sleep(0.5)  # a couple of renewals
+            await until(lambda: flaky.answered["PUT"] >= 2, timeout=5)  # a couple of renewals
 
             flaky.failing = True
             cut = time.monotonic()
@@ -398,7 +427,8 @@ async def test_leader_steps_down_at_once_when_another_holder_appears(
     cluster: LocalCluster, lease_name: str
 ) -> None:
     stopped = asyncio.Event()
-    async with manager_client(cluster) as client:
+    async with manager_client(cluster) as inner:
+        client = FlakyClient(inner)  # never failing here: it counts the polls and writes
         config = fast_config(lease_name, "usurped")
         elector = LeaderElector(client, config, on_stopped_leading=stopped.set)
         async with running(elector):
@@ -421,9 +451,14 @@ async def test_leader_steps_down_at_once_when_another_holder_appears(
             assert not elector.is_leader
             assert elector.holder == "intruder"
 
-            # As a follower it no longer writes: the intruder's record stays untouched.
+            # As a follower it no longer writes: the intruder's record stays untouched. Not
+            # writing is the behaviour, so it is observed over something that does happen: three
+            # more polls, each of which reads the record and leaves it alone.
             before = read_lease(cluster, lease_name)
-            await asyncio.sleep(1.5)
+            writes = client.answered["PUT"] + client.answered["POST"]
+            polls = client.answered["GET"]
+            await until(lambda: client.answered["GET"] >= polls + 3, timeout=5)
+            assert client.answered["PUT"] + client.answered["POST"] == writes
             after = read_lease(cluster, lease_name)
             assert before is not None
             assert after is not None
@@ -453,22 +488,32 @@ async def test_expiry_is_judged_by_observed_time_not_renew_time(
         api.post(LEASES, json=ghost).raise_for_status()
 
     clock = FakeClock()
-    async with manager_client(cluster) as client:
+    async with manager_client(cluster) as inner:
+        client = FlakyClient(inner)  # never failing here: it counts the polls
         config = fast_config(lease_name, "observer")
         elector = LeaderElector(client, config, clock=clock)
         async with running(elector):
             await until(elector.is_ready, timeout=5)
-            await asyncio.sleep(1)  # several polls
+            # The elector first saw the record no later than this (it is ready from then on).
+            seen = clock()
+
+            def age_to(seconds: float) -> None:
+                """Move the clock so the record has stayed unchanged ``seconds`` (or a little
+                more, the time between that first sight and ``seen``)."""
+                clock.offset += seconds - (clock() - seen)
+
+            await until(lambda: client.answered["GET"] >= 3, timeout=5)  # several polls
             assert not elector.is_leader
             assert elector.holder == "ghost"
 
-            # The clock also runs in real time: ~1 s so far, +12 s, +0.8 s = under 15 s.
-            clock.offset += 12
-            await asyncio.sleep(0.8)
+            # 12 s of the 15: one more poll judges the record young still.
+            age_to(12)
+            polls = client.answered["GET"]
+            await until(lambda: client.answered["GET"] > polls, timeout=5)
             assert not elector.is_leader
             assert holder(cluster, lease_name) == "ghost"
 
-            clock.offset += 2  # about 16 s unchanged: expired
+            age_to(16)  # unchanged for longer than leaseDurationSeconds: expired
             advanced = time.monotonic()
             await asyncio.wait_for(elector.wait_leading(), timeout=5)
             print(f"\ntook over {time.monotonic() - advanced:.2f}s after the record expired")
@@ -510,7 +555,7 @@ async def test_graceful_stop_stops_the_work_then_releases(
 
     async def work() -> None:
         try:
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # leader work that runs until it is cancelled
         except asyncio.CancelledError:
             order.append("work stopped")
             raise
