@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-n
 JOULIE = str(Path(sys.executable).parent / "joulie")
 CPU_NODE = "kwok-cpu-highfreq-0"  # 2 x AMD EPYC 9375F, 64 CPUs, no GPU
 GPU_NODE = "kwok-h100-nvl-0"
+SETTLE_S = 0.3  # SIM_POWER_SETTLE: the time constant of the simulated power's first-order lag
 
 
 class Simulator:
@@ -39,7 +39,7 @@ class Simulator:
             "KUBECONFIG": str(cluster.role_kubeconfig("simulator")),
             "SIM_ADDR": f"127.0.0.1:{self.port}",
             "METRICS_ADDR": f"127.0.0.1:{self.metrics_port}",
-            "SIM_POWER_SETTLE": "300ms",
+            "SIM_POWER_SETTLE": f"{SETTLE_S}s",
             "LOG_FORMAT": "json",
         }
         with self.log.open("w") as out:
@@ -78,6 +78,26 @@ def simulator(
     finally:
         sim.stop()
     assert sim.process.returncode == 0, sim.log.read_text()[-2000:]
+
+
+def steady(simulator: Simulator, node: str, reading: str) -> Callable[[], dict[str, Any] | None]:
+    """A check for :func:`wait_until`: the node's telemetry once ``power[reading]`` has stopped
+    moving, that is two reports at least one settling time constant apart in simulated time
+    (SIM_POWER_SETTLE) that agree within 0.5 %, which leaves under 1 % to go."""
+    base: dict[str, Any] | None = None
+
+    def check() -> dict[str, Any] | None:
+        nonlocal base
+        report = simulator.telemetry(node)
+        if base is not None and report["simTimeS"] - base["simTimeS"] < SETTLE_S:
+            return None  # too close to the last reading to tell
+        previous, base = base, report
+        if previous is None:
+            return None
+        watts, before = report["power"][reading], previous["power"][reading]
+        return report if abs(watts - before) <= 0.005 * max(watts, before) else None
+
+    return check
 
 
 def busy_pod(name: str, node: str, cpu: str, gpus: int = 0) -> dict[str, Any]:
@@ -132,8 +152,9 @@ def test_running_pods_raise_power_and_a_cap_lowers_it(
     )
     assert loaded["utilization"]["cpu"] == 1.0
     assert loaded["speed"]["cpu"] == 1.0
-    time.sleep(2)  # settle fully
-    full = simulator.telemetry(CPU_NODE)["power"]["cpuPackageW"]
+    full = wait_until(
+        steady(simulator, CPU_NODE, "cpuPackageW"), 30, "the node's power to settle under load"
+    )["power"]["cpuPackageW"]
 
     response = simulator.http.post(f"/control/{CPU_NODE}", json={"cpu": {"capPctOfMax": 60}})
     assert response.status_code == 200, response.text
