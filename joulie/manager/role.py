@@ -24,6 +24,7 @@ from typing import Any
 
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
 from joulie.kube.events import EventRecorder
 from joulie.kube.informer import Informer
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector, default_identity
@@ -57,6 +58,7 @@ class ManagerRole:
         ``wall_clock``: the time decisions are made at (tests move it)."""
         self.settings = settings
         self._client = client
+        self._connector = ClusterConnector()
         self._wall_clock = wall_clock
         self._namespace = os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
         self._cache: ClusterCache | None = None
@@ -75,7 +77,9 @@ class ManagerRole:
         )
 
     def status(self) -> str:
-        return self._elector.status() if self._elector is not None else "starting"
+        if self._elector is not None:
+            return self._elector.status()
+        return self._connector.status() if self._client is None else "starting"
 
     @property
     def informers(self) -> list[Informer[Any]]:
@@ -119,7 +123,9 @@ class ManagerRole:
         return self._planner.planned()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        client = self._client or await KubeClient.connect()
+        client = self._client or await self._connector.connect(stopping)
+        if client is None:  # stopped before the cluster answered
+            return
         settings = self.settings
         cache = self._build_cache(client)
         assert self._planner is not None

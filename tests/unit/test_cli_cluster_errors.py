@@ -130,16 +130,7 @@ def role_process(
 
 @pytest.mark.parametrize(
     "role_process",
-    [
-        pytest.param(
-            "manager",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="ManagerRole.run connects without ClusterConnector until role.py adopts it",
-            ),
-        ),
-        "simulator",
-    ],
+    ["manager", "simulator"],
     indirect=True,
 )
 def test_role_without_a_cluster_is_not_ready_and_says_why(
