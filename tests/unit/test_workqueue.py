@@ -19,6 +19,7 @@ from joulie.kube.workqueue import (
     default_controller_rate_limiter,
     run_workers,
 )
+from tests.support.waiting import eventually
 
 # Timer slack for "arrives promptly" checks; lower bounds are exact.
 SLACK = 0.5
@@ -38,6 +39,15 @@ def make_queue(rate_limiter: RateLimiter | None = None) -> WorkQueue[str]:
 
 async def get_soon(queue: WorkQueue[str], timeout: float = SLACK) -> str:
     return await asyncio.wait_for(queue.get(), timeout)
+
+
+async def delay_has_passed(delay: float) -> None:
+    """For "nothing arrives" checks on a shut-down queue, which can take no later key to show
+    that time has passed: a twin queue that is not shut down delivers a key added with the same
+    delay, after the delay the checked queue was given (timers fire in deadline order)."""
+    control = make_queue()
+    control.add_after("control", delay)
+    assert await get_soon(control, delay + SLACK) == "control"
 
 
 async def assert_nothing_to_get(queue: WorkQueue[str], within: float = 0.05) -> None:
@@ -121,10 +131,9 @@ async def test_several_workers_never_process_one_key_at_once() -> None:
         queue.add(key)
     stopping = asyncio.Event()
     workers = asyncio.create_task(run_workers(queue, handler, 4, stopping))
-    for _ in range(100):
-        if calls.get("hot", 0) == 2 and not in_flight:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: calls.get("hot", 0) == 2 and not in_flight, 2, "the re-added key to be handled"
+    )
     stopping.set()
     await asyncio.wait_for(workers, SLACK)
 
@@ -307,8 +316,10 @@ async def test_earlier_deadline_wins_and_the_later_one_does_not_fire() -> None:
     assert time.monotonic() - start < 0.2
     queue.done("node-a")
     queue.done("node-b")
-    # The replaced 0.3 s deadline must not deliver the key a second time.
-    await asyncio.sleep(0.35)
+    # The replaced 0.3 s deadline must not deliver the key a second time. Delayed keys arrive in
+    # deadline order, so a key due at 0.35 s arriving first shows that 0.3 s passed without it.
+    queue.add_after("sentinel", 0.35 - (time.monotonic() - start))
+    assert await get_soon(queue, 0.35 + SLACK) == "sentinel"
     assert len(queue) == 0
 
 
@@ -317,8 +328,11 @@ async def test_delayed_key_while_queued_is_not_duplicated() -> None:
     queue = make_queue()
     queue.add("node-a")
     queue.add_after("node-a", 0.01)
-    await asyncio.sleep(0.05)
-    assert len(queue) == 1
+    # A key due later shows that the delayed add has fired, and was absorbed by the queued one.
+    queue.add_after("sentinel", 0.02)
+    await eventually(lambda: len(queue) >= 2, SLACK, "the sentinel to be queued")
+    assert [await get_soon(queue), await get_soon(queue)] == ["node-a", "sentinel"]
+    assert len(queue) == 0
 
 
 @pytest.mark.asyncio
@@ -361,7 +375,7 @@ async def test_adds_after_shutdown_are_ignored() -> None:
     queue.add("node-a")
     queue.add_after("node-b", 0.01)
     queue.add_rate_limited("node-c")
-    await asyncio.sleep(0.03)
+    await delay_has_passed(0.01)
     assert len(queue) == 0
     assert queue.num_requeues("node-c") == 0
     with pytest.raises(ShutDown):
@@ -373,31 +387,9 @@ async def test_shutdown_drops_keys_still_waiting_on_a_delay() -> None:
     queue = make_queue()
     queue.add_after("node-a", 0.02)
     queue.shutdown()
-    await asyncio.sleep(0.05)
+    await delay_has_passed(0.02)
     with pytest.raises(ShutDown):
         await get_soon(queue)
-
-
-@pytest.mark.asyncio
-async def test_drain_waits_for_keys_being_processed() -> None:
-    queue = make_queue()
-    queue.add("node-a")
-    key = await get_soon(queue)
-    drain = asyncio.create_task(queue.shutdown_with_drain())
-    await asyncio.sleep(0.05)
-    assert not drain.done(), "drain returned while a key was still processing"
-    assert queue.shutting_down
-    queue.add("node-b")
-    assert len(queue) == 0
-    queue.done(key)
-    await asyncio.wait_for(drain, SLACK)
-
-
-@pytest.mark.asyncio
-async def test_drain_returns_at_once_when_idle() -> None:
-    queue = make_queue()
-    await asyncio.wait_for(queue.shutdown_with_drain(), SLACK)
-    assert queue.shutting_down
 
 
 # --- run_workers ---------------------------------------------------------------------------------
@@ -435,11 +427,12 @@ async def test_failing_key_is_retried_with_backoff_then_forgotten() -> None:
 async def test_stopping_lets_running_handlers_finish_and_leaves_the_backlog() -> None:
     queue = make_queue()
     started = asyncio.Event()
+    release = asyncio.Event()
     finished: list[str] = []
 
     async def handler(key: str) -> None:
         started.set()
-        await asyncio.sleep(0.05)
+        await release.wait()
         finished.append(key)
 
     for key in ("a", "b", "c"):
@@ -448,6 +441,10 @@ async def test_stopping_lets_running_handlers_finish_and_leaves_the_backlog() ->
     workers = asyncio.create_task(run_workers(queue, handler, 1, stopping))
     await asyncio.wait_for(started.wait(), SLACK)
     stopping.set()
+    # The workers have taken the stop (the queue shuts down) while the handler still runs.
+    await eventually(lambda: queue.shutting_down, SLACK, "the queue to shut down")
+    assert not workers.done()
+    release.set()
     await asyncio.wait_for(workers, SLACK)
     assert finished == ["a"]
     assert queue.shutting_down
@@ -457,11 +454,14 @@ async def test_stopping_lets_running_handlers_finish_and_leaves_the_backlog() ->
 async def test_workers_stop_when_the_queue_is_shut_down() -> None:
     queue = make_queue()
 
+    handled = asyncio.Event()
+
     async def handler(key: str) -> None:
-        return None
+        handled.set()
 
     workers = asyncio.create_task(run_workers(queue, handler, 3, asyncio.Event()))
-    await asyncio.sleep(0.01)
+    queue.add("node-a")
+    await asyncio.wait_for(handled.wait(), SLACK)  # the workers are up, waiting on the queue
     queue.shutdown()
     await asyncio.wait_for(workers, SLACK)
 
