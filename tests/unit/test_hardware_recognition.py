@@ -127,6 +127,7 @@ def test_density_counts_physical_cores_never_logical_cpus() -> None:
     assert labelled.physical_cores == 40
     # What the agent counted itself wins over both.
     counted = cpu_only_example(totalCores=96, physicalCores=44).status
+    assert counted is not None
     assert counted.cpu is not None
     assert counted.cpu.physical_cores == 44
     assert (

@@ -130,7 +130,7 @@ def test_load_from_requests_and_utilisation_annotations() -> None:
     load = node_load(pods, cores=64, gpu_count=4)
     assert load.cpu_util == pytest.approx((32 + 8) / 64)
     assert load.gpu_util == pytest.approx(0.5 / 4)
-    junk = [pod("c", "n", 64_000, **{keys.SIM_CPU_UTILIZATION_ANNOTATION: "lots"})]
+    junk = [pod("c", "n", 64_000, gpus=0, **{keys.SIM_CPU_UTILIZATION_ANNOTATION: "lots"})]
     assert node_load(junk, cores=64, gpu_count=0).cpu_util == 1.0
 
 

@@ -59,7 +59,7 @@ def stored(
 
 
 OURS = {"schedulableClass": "eco", "conditions": [{"type": "AgentReporting", "status": "True"}]}
-OUR_FIELDS = {
+OUR_FIELDS: dict[str, Any] = {
     "f:status": {
         "f:schedulableClass": {},
         "f:conditions": {
@@ -125,7 +125,7 @@ def test_never_applied_or_missing_objects_are_written() -> None:
 @given(st.dictionaries(st.sampled_from("abcd"), st.integers() | st.text(max_size=3), min_size=1))
 def test_any_flat_body_matches_its_own_paths_and_values(spec: dict[str, Any]) -> None:
     applied = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": spec}
-    fields_v1 = {"f:spec": {f"f:{k}": {} for k in spec}}
+    fields_v1: dict[str, Any] = {"f:spec": {f"f:{k}": {} for k in spec}}
     raw = {
         "metadata": {
             "managedFields": [{"manager": "m", "operation": "Apply", "fieldsV1": fields_v1}]
