@@ -31,7 +31,7 @@ lint: install
 	$(BIN)/lint-imports
 
 typecheck: install
-	$(BIN)/mypy joulie hack bench
+	$(BIN)/mypy joulie hack bench tests
 
 pytest: install
 	$(BIN)/pytest -q
