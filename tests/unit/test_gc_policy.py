@@ -45,6 +45,17 @@ def listed(n: int) -> dict[str, str]:
     return {f"o{i}": f"o{i}" for i in range(n)}
 
 
+async def settled(policy: GcPolicy) -> None:
+    """Return once any freeze scheduled before this call has run (or would have): a timer with
+    the same settle delay, set now, is due no earlier, and the event loop runs due timers in
+    deadline order before the task waiting on this one resumes. "No freeze" is checked this way
+    against the policy's own timer, not a guessed sleep."""
+    loop = asyncio.get_running_loop()
+    due: asyncio.Future[None] = loop.create_future()
+    loop.call_later(policy.settle_seconds, due.set_result, None)
+    await due
+
+
 def test_frozen_objects_are_left_out_of_full_collections(policy: GcPolicy) -> None:
     long_lived = [Node() for _ in range(1000)]
     garbage = Node()
@@ -75,22 +86,22 @@ async def test_one_freeze_per_list_never_per_watch_event(policy: GcPolicy) -> No
     things = informer()
     things._replace(listed(50))  # the first sync
     things._replace(listed(60))  # a second informer syncing right after: coalesced
-    await asyncio.sleep(0.2)
+    await settled(policy)
     assert policy.freezes == 1
 
     for i in range(100):
         things._apply(
             {"type": "MODIFIED", "object": {"metadata": {"name": f"o{i}", "resourceVersion": "9"}}}
         )
-    await asyncio.sleep(0.2)
+    await settled(policy)
     assert policy.freezes == 1, "watch events must not freeze"
 
     things._replace(listed(5))  # a small relist is not worth a full collection
-    await asyncio.sleep(0.2)
+    await settled(policy)
     assert policy.freezes == 1
 
     things._replace(listed(70))  # a relist after 410 Gone
-    await asyncio.sleep(0.2)
+    await settled(policy)
     assert policy.freezes == 2
 
 
