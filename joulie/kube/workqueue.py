@@ -255,8 +255,6 @@ class WorkQueue(Generic[K]):
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._getters: deque[asyncio.Future[None]] = deque()
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._shutting_down = False
 
         # Delayed adds: a heap of (deadline, sequence, key) and the live entry per key. Entries
@@ -362,7 +360,6 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
-        self._idle.clear()
         self._set_depth()
         return key
 
@@ -374,8 +371,6 @@ class WorkQueue(Generic[K]):
         if key in self._dirty:
             # Accepted before any shutdown, so it is honoured even while shutting down.
             self._push(key)
-        if not self._processing:
-            self._idle.set()
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -391,13 +386,6 @@ class WorkQueue(Generic[K]):
             getter = self._getters.popleft()
             if not getter.done():
                 getter.set_result(None)
-
-    async def shutdown_with_drain(self) -> None:
-        """Shut down, then wait until every key being processed is done."""
-        self.shutdown()
-        # Re-check: a worker may take a still-queued key between the wake-up and this task.
-        while self._processing:
-            await self._idle.wait()
 
     # -- internals -----------------------------------------------------------------------------
 
