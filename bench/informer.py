@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from hack.cluster.nodes import node_manifests
 from hack.cluster.runner import LocalCluster
 from joulie.api.inventory import load_inventory
@@ -57,8 +59,11 @@ def current_rss_mib() -> float:
 
 
 def pod_manifest(i: int, node: dict[str, Any]) -> dict[str, Any]:
+    """Pod ``i``, the same on every machine and in every run (its own seeded generator), so a
+    set-up that stopped half-way can create exactly the pods that are missing."""
+    rng = random.Random(i)
     gpu = any(k.endswith("/gpu") for k in node["status"]["capacity"])
-    requests: dict[str, str] = {"cpu": random.choice(["250m", "1", "2", "4"]), "memory": "2Gi"}
+    requests: dict[str, str] = {"cpu": rng.choice(["250m", "1", "2", "4"]), "memory": "2Gi"}
     if gpu and i % 3 == 0:
         resource_name = next(k for k in node["status"]["capacity"] if k.endswith("/gpu"))
         requests[resource_name] = "1"
@@ -90,45 +95,100 @@ def pod_manifest(i: int, node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def count_objects(api: httpx.Client, path: str) -> int:
+    """How many objects a collection holds, from a one-item list (the server counts the rest)."""
+    response = api.get(path, params={"limit": 1})
+    response.raise_for_status()
+    body = response.json()
+    return len(body.get("items") or ()) + int(body["metadata"].get("remainingItemCount") or 0)
+
+
+def object_names(api: httpx.Client, path: str) -> set[str]:
+    """``namespace/name`` (or ``name``) of every object in a collection, as metadata only."""
+    names: set[str] = set()
+    params: dict[str, Any] = {"limit": 1000}
+    headers = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
+    while True:
+        response = api.get(path, params=params, headers=headers, timeout=120)
+        response.raise_for_status()
+        body = response.json()
+        for item in body.get("items") or ():
+            meta = item["metadata"]
+            names.add(
+                f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+            )
+        token = body["metadata"].get("continue")
+        if not token:
+            return names
+        params = {"limit": 1000, "continue": token}
+
+
 def ensure_objects(cluster: LocalCluster, nodes: int, pods: int) -> dict[str, float]:
+    """Make the cluster hold exactly the benchmark's objects, creating only what is missing.
+
+    A complete cluster is recognised by its counts and reused as it is. Anything less (a first
+    run, or one that was interrupted) is completed by name, so a set-up can always be re-run.
+    """
     figures: dict[str, float] = {}
     manifests = node_manifests(load_inventory(INVENTORY), limit=nodes)
     with cluster.api() as api:
-        have_nodes = (
-            len(api.get("/api/v1/nodes", params={"limit": 1}).json()["items"])
-            and int(
-                api.get("/api/v1/nodes", params={"limit": 1})
-                .json()["metadata"]
-                .get("remainingItemCount", 0)
-            )
-            + 1
-        )
-        have_pods = api.get("/api/v1/pods", params={"limit": 1}).json()
-        have_pods_count = int(have_pods["metadata"].get("remainingItemCount", 0)) + len(
-            have_pods["items"]
-        )
-    if have_nodes < nodes:
+        have_nodes = count_objects(api, "/api/v1/nodes")
+        have_pods = count_objects(api, "/api/v1/pods")
+        if have_nodes >= nodes and have_pods >= pods:
+            return figures
+        existing = object_names(api, "/api/v1/nodes") | object_names(api, "/api/v1/pods")
+    missing_nodes = [m for m in manifests if m["metadata"]["name"] not in existing]
+    if missing_nodes:
         t0 = time.monotonic()
-        cluster.create_nodes(manifests)
+        cluster.create_objects("/api/v1/nodes", missing_nodes, workers=8)
         figures["create_nodes_seconds"] = round(time.monotonic() - t0, 1)
-    if have_pods_count < pods:
-        random.seed(7)
-        with cluster.api() as api:
-            for n in range(NAMESPACES):
-                api.post("/api/v1/namespaces", json={"metadata": {"name": f"bench-{n}"}})
-                # No controller manager here to create it, and admission wants it.
-                api.post(
-                    f"/api/v1/namespaces/bench-{n}/serviceaccounts",
-                    json={"metadata": {"name": "default"}},
-                )
+    if have_pods < pods:
+        # No controller manager here to create each namespace's default ServiceAccount, and
+        # admission wants it.
+        namespaces = [f"bench-{n}" for n in range(NAMESPACES)]
+        cluster.create_objects(
+            "/api/v1/namespaces", [{"metadata": {"name": n}} for n in namespaces]
+        )
+        for namespace in namespaces:
+            cluster.create_objects(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                [{"metadata": {"name": "default"}}],
+            )
         t0 = time.monotonic()
-        by_ns: dict[int, list[dict[str, Any]]] = {}
-        for i in range(pods):
-            by_ns.setdefault(i % NAMESPACES, []).append(pod_manifest(i, manifests[i % nodes]))
-        for n, batch in by_ns.items():
-            cluster.create_objects(f"/api/v1/namespaces/bench-{n}/pods", batch, workers=24)
+        created = 0
+        for n, namespace in enumerate(namespaces):
+            batch = [
+                pod_manifest(i, manifests[i % nodes])
+                for i in range(n, pods, NAMESPACES)
+                if f"{namespace}/job-{i:06d}" not in existing
+            ]
+            cluster.create_objects(f"/api/v1/namespaces/{namespace}/pods", batch, workers=8)
+            created += len(batch)
+            print(
+                f"  pods: {namespace} done, {created} created in {time.monotonic() - t0:.0f}s",
+                file=sys.stderr,
+            )
         figures["create_pods_seconds"] = round(time.monotonic() - t0, 1)
+        figures["pods_created"] = created
+    with cluster.api() as api:
+        have_nodes = count_objects(api, "/api/v1/nodes")
+        have_pods = count_objects(api, "/api/v1/pods")
+    if have_nodes < nodes or have_pods < pods:
+        raise SystemExit(
+            f"set-up incomplete: {have_nodes}/{nodes} nodes, {have_pods}/{pods} pods; run again"
+        )
     return figures
+
+
+def setup_summary(setup: dict[str, float]) -> str:
+    if not setup:
+        return "none, the cluster was complete"
+    parts = []
+    if "create_nodes_seconds" in setup:
+        parts.append(f"nodes in {setup['create_nodes_seconds']} s")
+    if "create_pods_seconds" in setup:
+        parts.append(f"{int(setup['pods_created'])} pods in {setup['create_pods_seconds']} s")
+    return ", ".join(parts)
 
 
 # --- measurements, each in its own process -----------------------------------------------
@@ -324,6 +384,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     print(f"{'figure':52} value")
+    print(f"{'set-up (objects created this run)':52} {setup_summary(figures['setup'])}")
     print(f"{'objects synced (nodes + pods)':52} {slim['nodes']} + {slim['pods']}")
     print(f"{'initial sync, slim informers':52} {slim['sync_seconds']} s")
     print(f"{'initial sync, kubernetes-asyncio models':52} {models['sync_seconds']} s")

@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -121,6 +122,12 @@ class LocalCluster:
     def role_kubeconfig(self, role: str) -> Path:
         """Kubeconfig carrying the token of the ServiceAccount ``joulie-<role>``."""
         return self.work_dir / f"kubeconfig-{role}"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: every write by a Joulie ServiceAccount, one JSON line
+        each (see :func:`_audit_policy`), so tests can tell who wrote what, and when."""
+        return self.work_dir / "audit.log"
 
     @property
     def etcd_url(self) -> str:
@@ -313,6 +320,8 @@ class LocalCluster:
 
     def _apiserver(self) -> Component:
         pki = self.pki
+        policy = self.work_dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(_audit_policy()))
         return Component(
             "apiserver",
             [
@@ -344,6 +353,9 @@ class LocalCluster:
                 "--watch-cache-sizes=configmaps#0",
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-maxsize=200",
             ],
             f"{self.server}/readyz",
             "admin",
@@ -529,21 +541,59 @@ class LocalCluster:
     # --- nodes ---------------------------------------------------------------------------
 
     def create_objects(
-        self, path: str, objects: Sequence[dict[str, Any]], workers: int = 16
+        self,
+        path: str,
+        objects: Sequence[dict[str, Any]],
+        workers: int = 16,
+        attempts: int = 8,
     ) -> None:
-        """POST many objects to one collection URL in parallel; existing ones are kept."""
-        with self.api() as api:
+        """POST many objects to one collection URL in parallel; existing ones are kept, so an
+        interrupted run can simply be repeated (409 AlreadyExists counts as created).
 
-            def create(obj: dict[str, Any]) -> None:
-                response = api.post(path, json=obj)
-                if response.status_code not in (201, 409):
-                    raise ClusterError(
-                        f"creating {obj['metadata']['name']}: HTTP {response.status_code} "
-                        f"{response.text[:300]}"
-                    )
+        Each worker thread has a connection of its own: one httpx client shared by many threads
+        timed out in its pool and had sockets closed under other threads when creating 100,000
+        pods on two cores. Transient failures (timeouts, dropped connections, 429 and 5xx) are
+        retried with capped backoff; a POST that timed out after the server stored the object
+        comes back as 409 on the retry."""
+        local = threading.local()
+        opened: list[httpx.Client] = []
+        opened_lock = threading.Lock()
 
+        def client() -> httpx.Client:
+            api: httpx.Client | None = getattr(local, "api", None)
+            if api is None:
+                api = httpx.Client(base_url=self.server, verify=self.admin_tls(), timeout=60)
+                local.api = api
+                with opened_lock:
+                    opened.append(api)
+            return api
+
+        def create(obj: dict[str, Any]) -> None:
+            problem = ""
+            for attempt in range(attempts):
+                if attempt:
+                    time.sleep(min(0.25 * 2**attempt, 10.0))
+                try:
+                    response = client().post(path, json=obj)
+                except httpx.TransportError as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                    # The connection may be half-used or closed: start this thread afresh.
+                    local.api.close()
+                    local.api = None
+                    continue
+                if response.status_code in (201, 409):
+                    return
+                problem = f"HTTP {response.status_code} {response.text[:300]}"
+                if response.status_code != 429 and response.status_code < 500:
+                    break
+            raise ClusterError(f"creating {obj['metadata']['name']} at {path}: {problem}")
+
+        try:
             with ThreadPoolExecutor(workers) as pool:
                 list(pool.map(create, objects))
+        finally:
+            for api in opened:
+                api.close()
 
     def create_nodes(self, nodes: Sequence[dict[str, Any]]) -> None:
         self.create_objects("/api/v1/nodes", nodes)
@@ -573,6 +623,24 @@ class LocalCluster:
                     example = sorted(missing)[:5]
                     raise ClusterError(f"{len(missing)} nodes not Ready, e.g. {example}")
                 time.sleep(0.5)
+
+
+def _audit_policy() -> dict[str, Any]:
+    """Metadata of the writes Joulie's own ServiceAccounts make, once each, when answered; the
+    rest of the cluster's traffic (KWOK's node heartbeats, above all) is not recorded."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted", "Panic"],
+        "rules": [
+            {
+                "level": "Metadata",
+                "userGroups": [f"system:serviceaccounts:{NAMESPACE}"],
+                "verbs": ["create", "update", "patch", "delete"],
+            },
+            {"level": "None"},
+        ],
+    }
 
 
 def _list_all(api: httpx.Client, path: str, limit: int = 500) -> list[dict[str, Any]]:
