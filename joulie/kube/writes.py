@@ -12,11 +12,15 @@ write while the cache still shows that version or an older one. That memory is b
 objects that exist: ``forget`` drops an object and its subresources.
 
 ``may_write`` is checked before every request (leadership, for a role that must write alone):
-when it says no, :class:`NotPermitted` is raised instead of sending.
+when it says no, :class:`NotPermitted` is raised instead of sending. A request once sent is not
+abandoned when its caller is cancelled: the server would act on it anyway, so a writer that stops
+(a leader handing over) first waits for those answers with :meth:`Writer.settle`, and only then
+says it has stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -49,6 +53,7 @@ class Writer:
         self._may_write = may_write
         self._written: dict[str, tuple[str, int | None]] = {}
         """path -> (fingerprint of the last body sent, resourceVersion the server answered)."""
+        self._in_flight: set[asyncio.Task[Any]] = set()
 
     def __len__(self) -> int:
         """Objects (and subresources) remembered: bounded by those written and not forgotten."""
@@ -76,6 +81,21 @@ class Writer:
         if not self._may_write():
             raise NotPermitted(f"{self.field_manager} may not write now")
 
+    async def _send(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Check, then send; the request runs to its answer even if the caller is cancelled."""
+        self._check()
+        task = asyncio.ensure_future(self.client.request(method, path, **kwargs))
+        self._in_flight.add(task)
+        task.add_done_callback(_settled(self._in_flight))
+        return await asyncio.shield(task)
+
+    async def settle(self, timeout: float = 10.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until every request sent has been answered; True
+        when none is left in flight."""
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=timeout)
+        return not self._in_flight
+
     def _remember(self, path: str, body: Mapping[str, Any], answer: Any) -> None:
         self._written[path] = (
             fingerprint(body),
@@ -98,9 +118,8 @@ class Writer:
             return None
         if self._just_written(path, desired, observed.version if observed else None):
             return None
-        self._check()
         params = {"fieldManager": self.field_manager, "force": "true"}
-        result = await self.client.request(
+        result = await self._send(
             "PATCH", path, params=params, body=dict(desired), content_type=APPLY_PATCH
         )
         self._remember(path, desired, result)
@@ -115,9 +134,8 @@ class Writer:
             return None
         if self._just_written(path, patch, resource_version(observed)):
             return None
-        self._check()
         params = {"fieldManager": self.field_manager}
-        result = await self.client.request(
+        result = await self._send(
             "PATCH", path, params=params, body=dict(patch), content_type=MERGE_PATCH
         )
         self._remember(path, patch, result)
@@ -125,15 +143,23 @@ class Writer:
 
     async def delete(self, path: str) -> bool:
         """Delete the object at ``path``; False when it was already gone."""
-        self._check()
         self.forget(path)
         try:
-            await self.client.request("DELETE", path)
+            await self._send("DELETE", path)
         except ApiError as exc:
             if exc.not_found:
                 return False
             raise
         return True
+
+
+def _settled(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller, if still there, has seen it already
+
+    return done
 
 
 def _merge_is_noop(patch: Mapping[str, Any], observed: Mapping[str, Any]) -> bool:

@@ -103,6 +103,9 @@ class Controller:
         finally:
             self._queue = None
             queue.shutdown()
+            # Cancelled (the term ends): writes already sent still land, so the term is over
+            # only once they are answered; then the elector may hand the Lease on.
+            await self._writer.settle()
 
     def trigger(self) -> None:
         """Something a decision reads has changed: reconcile soon (a no-op while following)."""
@@ -110,20 +113,23 @@ class Controller:
             self._queue.add(RECONCILE_KEY)
 
     async def _handle(self, key: str) -> None:
-        if key == RECONCILE_KEY:
-            try:
-                await self.reconcile()
-            except NotPermitted:
-                # The renew deadline passed mid-reconcile: the elector is about to end this
-                # term; nothing more was sent.
-                log.warning("leadership lost during a reconcile; its remaining writes not sent")
-            finally:
-                # The periodic reconcile never stops; a failed one comes back sooner, through
-                # the queue's backoff (the earlier deadline wins).
-                if self._queue is not None:
-                    self._queue.add_after(key, self._interval)
-        else:
-            await self._retry(key.removeprefix(NODE_KEY_PREFIX))
+        try:
+            if key == RECONCILE_KEY:
+                try:
+                    await self.reconcile()
+                finally:
+                    # The periodic reconcile never stops; a failed one comes back sooner,
+                    # through the queue's backoff (the earlier deadline wins).
+                    if self._queue is not None:
+                        self._queue.add_after(key, self._interval)
+            else:
+                await self._retry(key.removeprefix(NODE_KEY_PREFIX))
+        except NotPermitted:
+            # Leadership ended (a renew deadline passed, or the elector is stopping us): nothing
+            # more is sent in this term, so the term's work ends here.
+            log.warning("leadership ended during a reconcile; its remaining writes not sent")
+            if self._queue is not None:
+                self._queue.shutdown()
 
     # --- one reconcile ----------------------------------------------------------------------
 
@@ -248,10 +254,18 @@ async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
         for job in jobs:  # one shared iterator: each job is taken by exactly one worker
             results.append(await job)
 
-    # Jobs isolate their own failures; what still escapes (lost leadership) ends the pass.
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(worker())
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(worker())
+    except BaseExceptionGroup as errors:
+        # Jobs isolate their own failures; what escapes is lost leadership (with, maybe, the
+        # cancellation that goes with it), which ends the pass as one NotPermitted. A task group
+        # would report it as a group, and would swallow the cancellation while doing so.
+        lost, other = errors.split((NotPermitted, asyncio.CancelledError))
+        if other is None and lost is not None and lost.subgroup(NotPermitted) is not None:
+            raise NotPermitted("leadership ended during the writes") from None
+        raise
     return results
 
 

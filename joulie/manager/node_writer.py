@@ -53,6 +53,11 @@ class NodeWriter:
         self._classes.clear()
         self._writer.reset()
 
+    async def settle(self) -> None:
+        """Wait for the writes already sent (see ``Writer.settle``), within the 5 s the leader
+        elector gives its work to stop before it would rather let the Lease expire."""
+        await self._writer.settle(timeout=4.0)
+
     def forget(self, name: str) -> None:
         self._classes.pop(name, None)
         self._writer.forget(f"{NODETWINS}/{name}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,10 +87,32 @@ class Manager:
                 if (
                     sample.name == "joulie_kube_requests_total"
                     and sample.labels["verb"] in WRITE_VERBS
-                    and sample.labels["resource"] != "leases"
+                    and sample.labels["resource"] not in ("leases", "events")
                 ):
                     total += sample.value
         return total
+
+    def sample(self, name: str, **labels: str) -> float:
+        """The sum of the samples of ``name`` whose labels include ``labels``."""
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(self.metrics())
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def reconciles(self) -> float:
+        """Reconciles finished so far."""
+        return self.sample("joulie_manager_reconcile_duration_seconds_count")
+
+    def wait_reconciles(self, count: int) -> None:
+        """Wait until ``count`` more reconciles have finished (observable progress, not time)."""
+        start = self.reconciles()
+        wait_until(
+            lambda: self.reconciles() >= start + count,
+            count * INTERVAL_S * 3 + 15,
+            f"{count} more reconciles",
+        )
 
     def stop(self) -> None:
         self.process.terminate()
@@ -191,10 +212,126 @@ def test_constant_demand_writes_nothing(
 ) -> None:
     names = {n["metadata"]["name"] for n in nodes}
     wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
-    time.sleep(3 * INTERVAL_S)  # let any write still in flight land and be observed
+    manager.wait_reconciles(2)  # writes still in flight land and are observed
     before = manager.writes()
-    time.sleep(3 * INTERVAL_S)  # several periodic reconciles
+    manager.wait_reconciles(3)
     assert manager.writes() == before
+
+
+def node_hardware(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.NODE_HARDWARE_KIND,
+        "metadata": {"name": name},
+        "spec": {"nodeName": name},
+    }
+
+
+def publish_hardware(api: httpx.Client, name: str, status: dict[str, Any]) -> None:
+    """What an agent does: apply NodeHardware, then its status, as ``joulie-agent``."""
+    params = {"fieldManager": "joulie-agent", "force": "true"}
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    path = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}/{name}"
+    api.patch(path, params=params, headers=headers, json=node_hardware(name)).raise_for_status()
+    api.patch(
+        f"{path}/status",
+        params=params,
+        headers=headers,
+        json={**node_hardware(name), "status": status},
+    ).raise_for_status()
+
+
+def test_agent_heartbeats_start_no_reconcile(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    """100 heartbeats (a fresh write time, nothing planning reads) trigger nothing; a changed
+    fact does. The agent's status also makes the node's AgentReporting condition current."""
+    name = nodes[0]["metadata"]["name"]
+    status = {"cpu": {"sockets": 2, "physicalCores": 48}, "updatedAt": "2026-01-01T00:00:00Z"}
+    names = {n["metadata"]["name"] for n in nodes}
+    wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
+
+    def reporting() -> str | None:
+        with cluster.api() as api:
+            conditions = twins(api)[name].get("status", {}).get("conditions") or [{}]
+        return str(conditions[0].get("reason"))
+
+    def modified_seen() -> float:
+        return manager.sample(
+            "joulie_kube_watch_events_total", resource="nodehardwares", type="MODIFIED"
+        )
+
+    triggers = "joulie_manager_reconcile_triggers_total"
+    with cluster.api() as api:
+        publish_hardware(api, name, status)
+        wait_until(lambda: reporting() == "NodeHardwareCurrent", 20, "AgentReporting current")
+        before, seen = manager.sample(triggers, source="nodehardware"), modified_seen()
+        for beat in range(1, 101):  # each one a new write time
+            publish_hardware(
+                api,
+                name,
+                {**status, "updatedAt": f"2026-01-01T00:{beat // 60:02d}:{beat % 60:02d}Z"},
+            )
+        wait_until(lambda: modified_seen() >= seen + 100, 20, "the manager to see 100 heartbeats")
+        assert manager.sample(triggers, source="nodehardware") == before
+        # A fact planning reads is a trigger: the test above could fail.
+        publish_hardware(api, name, {**status, "cpu": {"sockets": 1, "physicalCores": 24}})
+        wait_until(
+            lambda: manager.sample(triggers, source="nodehardware") > before,
+            20,
+            "a real NodeHardware change to trigger a reconcile",
+        )
+        api.delete(f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}/{name}")
+    wait_until(lambda: reporting() == "NoNodeHardware", 20, "AgentReporting back to none")
+
+
+def test_fields_of_other_writers_cause_no_writes(
+    cluster: LocalCluster, nodes: list[dict[str, Any]], manager: Manager
+) -> None:
+    """Another field manager adds a spec field and a condition to every twin: the manager's
+    next 5 reconciles write nothing."""
+    names = {n["metadata"]["name"] for n in nodes}
+    wait_until(lambda: converged(cluster, names), 30, "labels and NodeTwins")
+    params = {"fieldManager": "someone-else", "force": "true"}
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    condition = {
+        "type": "SomeoneElses",
+        "status": "True",
+        "reason": "Testing",
+        "message": "a condition this manager does not own",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+    def apply_foreign(spec: dict[str, Any], status: dict[str, Any]) -> None:
+        with cluster.api() as api:
+            for name in sorted(names):
+                path = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}/{name}"
+                ident = {
+                    "apiVersion": keys.API_VERSION,
+                    "kind": keys.NODE_TWIN_KIND,
+                    "metadata": {"name": name},
+                }
+                api.patch(
+                    path, params=params, headers=headers, json={**ident, "spec": spec}
+                ).raise_for_status()
+                api.patch(
+                    f"{path}/status",
+                    params=params,
+                    headers=headers,
+                    json={**ident, "status": status},
+                ).raise_for_status()
+
+    manager.wait_reconciles(1)
+    before = manager.writes()
+    apply_foreign({"cpu": {"governor": {"preset": "balanced"}}}, {"conditions": [condition]})
+    try:
+        with cluster.api() as api:
+            stored = twins(api)
+        assert all(len(stored[n]["status"]["conditions"]) == 2 for n in names)
+        manager.wait_reconciles(5)
+        assert manager.writes() == before
+    finally:
+        apply_foreign({}, {})  # someone-else gives its fields up again
 
 
 def test_running_performance_pod_drains_an_eco_node(

@@ -173,7 +173,7 @@ def test_follower_takes_over_without_relabelling(
         assert survivor.followed_leader() is None
         assert new_holder != holder
 
-        time.sleep(3 * INTERVAL_S)  # several reconciles by the new leader
+        survivor.wait_reconciles(3)  # several reconciles by the new leader
         survivor.alive()
         after = labelled(cluster, nodes)
         assert after is not None
