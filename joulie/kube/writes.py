@@ -65,6 +65,10 @@ class Writer:
         for key in [k for k in self._written if k == path or k.startswith(prefix)]:
             del self._written[key]
 
+    def remembered(self) -> list[str]:
+        """The paths remembered, for a caller that prunes them by what still exists."""
+        return list(self._written)
+
     def reset(self) -> None:
         """Forget everything (a new leadership term starts from what the cluster shows)."""
         self._written.clear()

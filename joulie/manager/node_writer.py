@@ -31,6 +31,7 @@ from joulie.manager.metrics import TRANSITIONS
 from joulie.manager.planner import NodeMemo
 
 DEFERRED_REASON = "DowngradeDeferred"
+NODES = "/api/v1/nodes"
 MAP_LISTS = {"conditions": ("type",)}
 """NodeTwin's lists that server-side apply merges by key (the CRD's list-map-keys)."""
 
@@ -61,6 +62,13 @@ class NodeWriter:
     def forget(self, name: str) -> None:
         self._classes.pop(name, None)
         self._writer.forget(f"{NODETWINS}/{name}")
+        self._writer.forget(f"{NODES}/{name}")
+
+    def retain(self, existing: set[str]) -> None:
+        """Forget everything about nodes that no longer exist, so memory follows the cluster."""
+        names = {_node_of(path) for path in self._writer.remembered()} | set(self._classes)
+        for name in names - existing:
+            self.forget(name)
 
     @staticmethod
     def reporting(facts: HardwareFacts | None, now: datetime) -> AgentReporting:
@@ -118,7 +126,7 @@ class NodeWriter:
             self.writes += 1
         profile = str(intent.spec.profile)
         if node.labels.get(keys.POWER_PROFILE_LABEL) != profile and await self._writer.merge_patch(
-            f"/api/v1/nodes/{name}",
+            f"{NODES}/{name}",
             {"metadata": {"labels": {keys.POWER_PROFILE_LABEL: profile}}},
             observed={"metadata": {"labels": dict(node.labels)}},
         ):
@@ -201,6 +209,12 @@ class NodeWriter:
                 "(draining) until they finish.",
             )
         return event
+
+
+def _node_of(path: str) -> str:
+    """The node a remembered path belongs to: ``.../nodetwins/<name>[/status]`` or
+    ``/api/v1/nodes/<name>``."""
+    return path.removesuffix("/status").rsplit("/", 1)[-1]
 
 
 def _transition_time(stored: Mapping[str, Any], status: ConditionStatus, now: datetime) -> str:
