@@ -1,7 +1,8 @@
 """Controller manager figures at scale: reconcile time and API writes with 5,000 managed nodes and
 100,000 pods in the informer caches.
 
-    python -m bench.manager [--reconciles 20] [--json FILE] [--profile N]
+    python -m bench.manager [--reconciles 20] [--gc MODE] [--json FILE] [--profile N]
+        [--tracemalloc N]
 
 Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first to
 create its objects). The manager role runs in this process (static_partition, 20 % performance,
@@ -9,6 +10,13 @@ RECONCILE_INTERVAL=1h so that only the timed calls below reconcile at steady sta
 pass writes every node's NodeTwin, profile label and twin status; the passes after it, at
 constant demand, should write nothing. ``--profile N`` prints the top N cProfile entries of the
 steady-state passes.
+
+``--gc policy`` (the default) installs the runtime's garbage-collector policy, as the process
+would (``joulie.gc_policy``); ``--gc freeze`` only its freeze after large lists, ``--gc threshold``
+only its young-generation threshold, and ``--gc default`` leaves CPython's collector as it is.
+Every collection during the steady passes is timed either way. ``--tracemalloc N`` traces
+allocations (slow: figures of time are then meaningless) and prints the N files holding the most
+memory after sync and after the first pass.
 """
 
 from __future__ import annotations
@@ -16,12 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import os
 import pstats
 import statistics
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +60,44 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))
     return ordered[index]
+
+
+class GcPauses:
+    """Every cyclic collection, timed (independently of the policy's own metric)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self, since: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for generation in range(3):
+            times = [t for g, t in self.pauses[since:] if g == generation]
+            out[f"gen{generation}"] = {
+                "collections": len(times),
+                "total_ms": round(sum(times) * 1000, 1),
+                "max_ms": round(max(times, default=0.0) * 1000, 1),
+            }
+        return out
+
+
+def top_memory(limit: int) -> str:
+    """The files holding the most traced memory now, with sizes in MiB."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
+    stats = snapshot.statistics("filename")
+    total = sum(s.size for s in stats)
+    lines = [f"  traced total {total / 2**20:.1f} MiB"]
+    for stat in stats[:limit]:
+        lines.append(f"  {stat.size / 2**20:8.1f} MiB {stat.count:>9} blocks  {stat.traceback}")
+    return "\n".join(lines)
 
 
 class Timed:
@@ -84,7 +132,10 @@ class Timed:
             return record
 
 
-async def measure(kubeconfig: str, reconciles: int, profile_top: int) -> dict[str, Any]:
+async def measure(
+    kubeconfig: str, reconciles: int, profile_top: int, gc_mode: str, trace_top: int
+) -> dict[str, Any]:
+    from joulie.gc_policy import DEFAULT_YOUNG_THRESHOLD, GcPolicy
     from joulie.kube.client import KubeClient
     from joulie.manager.role import ManagerRole
     from joulie.manager.settings import ManagerSettings
@@ -102,7 +153,17 @@ async def measure(kubeconfig: str, reconciles: int, profile_top: int) -> dict[st
     settings = loaded.settings
     assert settings.reconcile_interval == 3600.0, settings.reconcile_interval
 
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"gc": gc_mode}
+    policy = GcPolicy(
+        young_threshold=None if gc_mode == "freeze" else DEFAULT_YOUNG_THRESHOLD,
+        min_objects=2**62 if gc_mode == "threshold" else 1000,
+    )
+    if gc_mode != "default":
+        policy.install()
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    if trace_top:
+        tracemalloc.start()
     async with await KubeClient.from_kubeconfig(kubeconfig) as client:
         role = ManagerRole(settings, client)
         timed = Timed(role.reconcile)
@@ -121,10 +182,16 @@ async def measure(kubeconfig: str, reconciles: int, profile_top: int) -> dict[st
                     raise SystemExit(f"not ready/leader after {READY_TIMEOUT}s: {role.status()}")
                 await asyncio.sleep(0.05)
             figures["ready_seconds"] = round(time.perf_counter() - t0, 2)
+            # The policy's one collection-and-freeze after the sync is start-up work, not a
+            # steady reconcile's: let it happen before anything is timed.
+            while policy.pending:  # noqa: ASYNC110 - a timer of its own, no event to wait on
+                await asyncio.sleep(0.05)
             figures["nodes_cached"] = len(role.nodes)
             figures["pods_cached"] = len(role.pods)
             figures["performance_pods"] = role.performance_pod_count()
             figures["peak_rss_at_sync_mib"] = round(peak_rss_mib(), 1)
+            if trace_top:
+                figures["memory_after_sync"] = top_memory(trace_top)
 
             # The first pass: whichever reconcile comes first (the worker's own, started as soon
             # as it leads and has synced, or ours, which then waits behind it).
@@ -140,12 +207,16 @@ async def measure(kubeconfig: str, reconciles: int, profile_top: int) -> dict[st
             await asyncio.sleep(0.5)
             async with timed._lock:
                 pass
+            if trace_top:
+                figures["memory_after_first_pass"] = top_memory(trace_top)
 
             if profile_top:
                 timed.profiler = cProfile.Profile()
             steady: list[dict[str, Any]] = []
+            pauses_before = len(pauses.pauses)
             for _ in range(reconciles):
                 steady.append(await timed("bench"))
+            figures["steady_gc"] = pauses.summary(pauses_before)
             walls = [r["wall_seconds"] for r in steady]
             cpus = [r["cpu_seconds"] for r in steady]
             writes = [r["writes"] for r in steady]
@@ -170,6 +241,9 @@ async def measure(kubeconfig: str, reconciles: int, profile_top: int) -> dict[st
             stopping.set()
             await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 120)
     figures["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    figures["frozen_objects"] = gc.get_freeze_count()
+    gc.callbacks.remove(pauses)
+    policy.uninstall()
     return figures
 
 
@@ -180,6 +254,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--gc", choices=("policy", "freeze", "threshold", "default"), default="policy"
+    )
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="N")
     args = parser.parse_args()
 
     import logging
@@ -195,11 +273,20 @@ def main() -> None:
     try:
         figures: dict[str, Any] = {"setup": ensure_objects(cluster, args.nodes, args.pods)}
         figures.update(
-            asyncio.run(measure(str(cluster.admin_kubeconfig), args.reconciles, args.profile))
+            asyncio.run(
+                measure(
+                    str(cluster.admin_kubeconfig),
+                    args.reconciles,
+                    args.profile,
+                    args.gc,
+                    args.tracemalloc,
+                )
+            )
         )
     finally:
         cluster.down()
     profile = figures.pop("profile", None)
+    memory = [figures.pop(k, None) for k in ("memory_after_sync", "memory_after_first_pass")]
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     first, steady = figures["first_pass"], figures["steady"]
@@ -229,6 +316,15 @@ def main() -> None:
         f"{'peak RSS at sync / at end':52} "
         f"{figures['peak_rss_at_sync_mib']} / {figures['peak_rss_mib']} MiB"
     )
+    for generation, g in figures["steady_gc"].items():
+        print(
+            f"{'steady GC ' + generation + ': collections / total / max':52} "
+            f"{g['collections']} / {g['total_ms']} / {g['max_ms']} ms"
+        )
+    print(f"{'GC mode / objects frozen':52} {figures['gc']} / {figures['frozen_objects']}")
+    for title, text in zip(("after sync", "after the first pass"), memory, strict=True):
+        if text:
+            print(f"traced memory by file, {title}:\n{text}")
     if profile:
         print(profile)
 

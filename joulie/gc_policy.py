@@ -109,6 +109,11 @@ class GcPolicy:
             self._pending.cancel()
             self._pending = None
 
+    @property
+    def pending(self) -> bool:
+        """A freeze is scheduled and has not run yet."""
+        return self._pending is not None
+
     # --- the informers' lists ----------------------------------------------------------------
 
     def listed(self, resource: str, objects: int) -> None:
