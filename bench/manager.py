@@ -166,15 +166,17 @@ async def measure(
         tracemalloc.start()
     async with await KubeClient.from_kubeconfig(kubeconfig) as client:
         role = ManagerRole(settings, client)
-        timed = Timed(role.reconcile)
-        # The worker calls self.reconcile: the instance attribute routes it through the timer.
-        role.reconcile = timed  # type: ignore[method-assign,assignment]
         stopping = asyncio.Event()
         t0 = time.perf_counter()
         task = asyncio.create_task(role.run(stopping))
+        while role.controller is None:  # noqa: ASYNC110 - run() builds it before its first await
+            await asyncio.sleep(0)
+        timed = Timed(role.controller.reconcile)
+        # The worker calls self.reconcile: the instance attribute routes it through the timer.
+        role.controller.reconcile = timed  # type: ignore[method-assign,assignment]
         try:
             deadline = time.monotonic() + READY_TIMEOUT
-            while not (role.is_ready() and role._elector is not None and role._elector.is_leader):
+            while not (role.is_ready() and role.is_leader):
                 if task.done():
                     task.result()
                     raise SystemExit("the manager role stopped before it was ready")
@@ -186,9 +188,10 @@ async def measure(
             # steady reconcile's: let it happen before anything is timed.
             while policy.pending:  # noqa: ASYNC110 - a timer of its own, no event to wait on
                 await asyncio.sleep(0.05)
-            figures["nodes_cached"] = len(role.nodes)
-            figures["pods_cached"] = len(role.pods)
-            figures["performance_pods"] = role.performance_pod_count()
+            assert role.cache is not None
+            figures["nodes_cached"] = len(role.cache.nodes)
+            figures["pods_cached"] = len(role.cache.pods)
+            figures["performance_pods"] = role.cache.performance_pods()
             figures["peak_rss_at_sync_mib"] = round(peak_rss_mib(), 1)
             if trace_top:
                 figures["memory_after_sync"] = top_memory(trace_top)

@@ -70,8 +70,23 @@ def managed_paths(
             and entry.get("operation") == "Apply"
             and (entry.get("subresource") or "") == subresource
         ):
-            return _leaves(_walk_fields(entry.get("fieldsV1") or {}, ()))
+            return _shared(_leaves(_walk_fields(entry.get("fieldsV1") or {}, ())))
     return None
+
+
+_SHARED_MAX = 4096
+_shared_sets: dict[frozenset[FieldPath], frozenset[FieldPath]] = {}
+
+
+def _shared(paths: frozenset[FieldPath]) -> frozenset[FieldPath]:
+    """One copy of each distinct set: the objects one manager writes mostly own the same
+    fields, so 5,000 twins share a handful of sets instead of holding 10,000 of them."""
+    found = _shared_sets.get(paths)
+    if found is not None:
+        return found
+    if len(_shared_sets) < _SHARED_MAX:
+        _shared_sets[paths] = paths
+    return paths
 
 
 def applied_paths(body: Mapping[str, Any], map_lists: MapLists) -> frozenset[FieldPath]:

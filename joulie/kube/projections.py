@@ -40,7 +40,6 @@ class SlimNode:
 class SlimPod:
     namespace: str
     name: str
-    uid: str
     node_name: str
     phase: str
     annotations: Mapping[str, str]
@@ -57,6 +56,7 @@ class SlimPod:
 
 
 _SHARED_MAX = 4096
+_ints: dict[int, int] = {}
 _shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 
 
@@ -136,7 +136,9 @@ def _cpu_millis(spec: Mapping[str, Any]) -> int:
 
     app = sum((container(c) for c in spec.get("containers") or ()), Fraction(0))
     init = max((container(c) for c in spec.get("initContainers") or ()), default=Fraction(0))
-    return int(max(app, init) * 1000)
+    millis = int(max(app, init) * 1000)
+    # Requests repeat (500m, 1, 4, ...): one int object per value, not one per pod.
+    return _ints.setdefault(millis, millis) if len(_ints) < _SHARED_MAX else millis
 
 
 def pod_projection(
@@ -161,7 +163,6 @@ def pod_projection(
         return SlimPod(
             namespace=_intern(meta.get("namespace", "")),
             name=meta["name"],
-            uid=str(meta.get("uid", "")),
             node_name=_intern(spec.get("nodeName") or ""),
             phase=_intern(status.get("phase") or "Pending"),
             annotations=_subset(meta.get("annotations"), annotations),
@@ -173,11 +174,6 @@ def pod_projection(
         )
 
     return project
-
-
-def identity(raw: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Keep the whole object (for small collections, e.g. Joulie's own CRs)."""
-    return raw
 
 
 def pods_by_node(pod: SlimPod) -> Iterable[str]:

@@ -37,8 +37,6 @@ class NodeMemo:
     view: HardwareView | None = None
     intent_inputs: tuple[Any, ...] = ()
     intent: NodeIntent | None = None
-    spec_wire: dict[str, Any] | None = None
-    """``intent.spec`` as applied, built once per intent."""
     twin_hardware: TwinHardware | None = None
     verified: tuple[Any, ...] = ()
     """The inputs last found to need no write (see ``NodeWriter.write``)."""
@@ -89,7 +87,9 @@ class Planner:
         for name in [n for n in self.memos if n not in keep]:
             del self.memos[name]
 
-    def view(self, node: SlimNode, facts: HardwareFacts | None) -> HardwareView:
+    def current(self, node: SlimNode, facts: HardwareFacts | None) -> NodeMemo:
+        """The node's memo, its hardware view brought up to date with ``node`` and ``facts``
+        (and everything derived from them dropped when either changed)."""
         memo = self.memo(node.name)
         if memo.view is None or memo.node is not node or memo.hardware is not facts:
             memo.view = hardware_view(
@@ -102,8 +102,13 @@ class Planner:
             )
             # Everything derived from the node or its hardware is stale now.
             memo.node, memo.hardware = node, facts
-            memo.intent = memo.spec_wire = memo.twin_hardware = None
-        return memo.view
+            memo.intent = memo.twin_hardware = None
+        return memo
+
+    def view(self, node: SlimNode, facts: HardwareFacts | None) -> HardwareView:
+        view = self.current(node, facts).view
+        assert view is not None
+        return view
 
     def planned(self) -> Planned:
         """The plan for the eligible nodes from the caches, before anything is written (the
@@ -121,9 +126,11 @@ class Planner:
         result = plan(plan_nodes, self.inputs, perf_pods, self._clock())
         return Planned(nodes, hardware, views, plan_nodes, perf_pods, result)
 
-    def intent(self, node: SlimNode, facts: HardwareFacts | None, result: Plan) -> NodeIntent:
-        view = self.view(node, facts)
-        memo = self.memo(node.name)
+    def intent(self, memo: NodeMemo, result: Plan) -> NodeIntent:
+        """The intent of the node of ``memo`` (fresh from :meth:`current`) under ``result``."""
+        node, facts, view = memo.node, memo.hardware, memo.view
+        assert node is not None
+        assert view is not None
         multi_gpu = max_running_pod_gpus(
             (p.phase, p.deleting, p.gpus) for p in self.cache.multi_gpu_pods(node.name)
         )
@@ -134,7 +141,7 @@ class Planner:
             result.policy_name,
         )
         if memo.intent is not None and memo.intent_inputs == inputs:
-            return memo.intent  # view() keeps it only while the node and its hardware stay
+            return memo.intent  # current() keeps it only while the node and hardware stay
         memo.intent = node_twin_spec(
             node.name,
             inputs[0],
@@ -148,20 +155,14 @@ class Planner:
             config=self.config,
         )
         memo.intent_inputs = inputs
-        memo.spec_wire = None
         return memo.intent
 
-    def spec_wire(self, name: str, intent: NodeIntent) -> dict[str, Any]:
-        """``intent.spec`` on the wire, built once per intent."""
-        memo = self.memo(name)
-        if memo.spec_wire is None or memo.intent is not intent:
-            memo.spec_wire = intent.spec.to_wire()
-        return memo.spec_wire
-
-    def twin_hardware(self, node: SlimNode, facts: HardwareFacts | None) -> TwinHardware:
-        view = self.view(node, facts)
-        memo = self.memo(node.name)
+    def twin_hardware(self, memo: NodeMemo) -> TwinHardware:
+        """The twin's hardware figures of the node of ``memo`` (fresh from :meth:`current`)."""
         if memo.twin_hardware is None:
+            node, facts, view = memo.node, memo.hardware, memo.view
+            assert node is not None
+            assert view is not None
             memo.twin_hardware = twin_hardware(
                 view, facts.status if facts is not None else None, node.labels, self.config
             )

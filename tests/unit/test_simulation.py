@@ -41,7 +41,6 @@ def pod(name: str, node_name: str, cpu_millis: int, gpus: int = 0, **annotations
     return SlimPod(
         namespace="ns",
         name=name,
-        uid=name,
         node_name=node_name,
         phase="Running",
         annotations=annotations,
