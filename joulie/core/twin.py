@@ -72,7 +72,9 @@ class TwinHardware:
 
     cpu_max_watts_per_socket: float | None = None
     sockets: int | None = None
-    total_cores: int | None = None
+    physical_cores: int | None = None
+    """Physical cores of the whole node (density's reference counts physical cores, so a
+    logical CPU count would double an SMT node's score)."""
     gpu_count: int = 0
     gpu_max_watts: float | None = None
     """Maximum power of one GPU board."""
@@ -182,8 +184,8 @@ def psu_stress(rack_power_w: float | None, cluster_power_w: float | None) -> flo
     return _clamp(power / PSU_CAPACITY_W * 100.0)
 
 
-def hardware_density(total_cores: int | None, gpu_count: int) -> float:
-    cpu_score = max(total_cores or 0, 0) / REFERENCE_CORES * 100.0
+def hardware_density(physical_cores: int | None, gpu_count: int) -> float:
+    cpu_score = max(physical_cores or 0, 0) / REFERENCE_CORES * 100.0
     if gpu_count > 0:
         return _clamp((cpu_score + gpu_count / REFERENCE_GPUS * 100.0) / 2.0)
     return _clamp(cpu_score)
@@ -225,7 +227,7 @@ def compute(twin: TwinInput) -> TwinOutput:
         power_headroom=power_headroom(node_capped, measured),
         cooling_stress=cooling,
         psu_stress=psu_stress(twin.rack_power_w, twin.cluster_power_w),
-        hardware_density=hardware_density(hw.total_cores, gpu_count),
+        hardware_density=hardware_density(hw.physical_cores, gpu_count),
         estimated_pue=estimated_pue(cooling),
     )
 

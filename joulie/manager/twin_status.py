@@ -58,7 +58,7 @@ def twin_hardware(
     return TwinHardware(
         cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
         sockets=view.sockets,
-        total_cores=view.physical_cores,
+        physical_cores=view.physical_cores,
         gpu_count=view.gpu_count,
         gpu_max_watts=gpu_max,
         gpu_min_watts=gpu_min,

@@ -212,7 +212,7 @@ def test_build_source_follows_the_setting() -> None:
 
 # --- twin glue -------------------------------------------------------------------------------
 
-HW = TwinHardware(cpu_max_watts_per_socket=360, sockets=2, total_cores=192, gpu_count=4,
+HW = TwinHardware(cpu_max_watts_per_socket=360, sockets=2, physical_cores=192, gpu_count=4,
                   gpu_max_watts=400)  # fmt: skip
 
 

@@ -77,7 +77,7 @@ def test_psu_stress_example() -> None:
 def test_density_example() -> None:
     (case,) = EXAMPLES["density"]
     out = compute(reference(0))
-    assert (HW.total_cores, HW.gpu_count) == (case["total_cores"], case["gpu_count"])
+    assert (HW.physical_cores, HW.gpu_count) == (case["physical_cores"], case["gpu_count"])
     assert round(out.hardware_density, case["digits"]) == case["expect"]
 
 
@@ -124,7 +124,7 @@ def test_written_status_shows_the_examples_at_their_printed_precision() -> None:
 
 def test_unknown_socket_count_assumes_one_socket_not_zero() -> None:
     for sockets in (None, 0):
-        hw = TwinHardware(cpu_max_watts_per_socket=360, sockets=sockets, total_cores=96)
+        hw = TwinHardware(cpu_max_watts_per_socket=360, sockets=sockets, physical_cores=96)
         out = compute(reference(300, hardware=hw, cpu_cap_pct=None, gpu_cap_pct=None))
         assert out.cpu_tdp_w == 360
         # A busy node looks busy instead of infinitely free.
@@ -170,8 +170,8 @@ def test_psu_stress_falls_back_to_the_cluster_total_then_zero() -> None:
 
 
 def test_density_without_gpus_and_above_the_reference() -> None:
-    assert compute(reference(0, hardware=TwinHardware(total_cores=96))).hardware_density == 50.0
-    big = TwinHardware(total_cores=384, gpu_count=16)
+    assert compute(reference(0, hardware=TwinHardware(physical_cores=96))).hardware_density == 50.0
+    big = TwinHardware(physical_cores=384, gpu_count=16)
     assert compute(reference(0, hardware=big)).hardware_density == 100.0
 
 
