@@ -190,7 +190,6 @@ class LeaderElector:
 
         self._leading = False
         self._renewed_at = 0.0
-        self._leading_event = asyncio.Event()
         self._wake = asyncio.Event()
         self._ready = False
         self._failing = False
@@ -225,10 +224,6 @@ class LeaderElector:
             return "electing"
         return f"follower, leader {self._holder or '(none)'}"
 
-    async def wait_leading(self) -> None:
-        """Return once this process leads (at once if it already does)."""
-        await self._leading_event.wait()
-
     # --- the campaign --------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -257,7 +252,6 @@ class LeaderElector:
                 # Cancelled from outside while leading: no time to release, but stop the work
                 # and say we no longer lead.
                 self._leading = False
-                self._leading_event.clear()
                 if self._work is not None:
                     self._work.cancel()
                     self._work = None
@@ -404,7 +398,6 @@ class LeaderElector:
 
     def _start_leading(self) -> None:
         self._leading = True
-        self._leading_event.set()
         self._gauge.set(1)
         self._log.info("became leader", transitions=(self._record or {}).get("leaseTransitions", 0))
         if self._on_started is None:
@@ -424,7 +417,6 @@ class LeaderElector:
 
     async def _stop_leading(self, reason: str, *, release: bool) -> None:
         self._leading = False
-        self._leading_event.clear()
         self._gauge.set(0)
         if reason == "shutdown":
             self._log.info("stopping leadership for shutdown")

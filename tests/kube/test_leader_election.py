@@ -29,6 +29,7 @@ from hack.cluster.runner import NAMESPACE, REPO, LocalCluster
 from joulie.kube.client import KubeClient
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector
 from joulie.runtime import health_app
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kube
 
@@ -395,7 +396,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
             on_stopped_leading=lambda: stopped_at.append(time.monotonic()),
         )
         async with running(elector):
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
             assert elector.is_leader
             assert gauge(lease_name) == 1
             await until(lambda: flaky.answered["PUT"] >= 2, timeout=5)  # a couple of renewals
@@ -415,7 +416,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
             # Nobody else took the Lease meanwhile: once requests work, the same record is
             # renewed, which is no transition.
             flaky.failing = False
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
             lease = read_lease(cluster, lease_name)
             assert lease is not None
             assert lease["spec"]["holderIdentity"] == "flaky"
@@ -432,7 +433,7 @@ async def test_leader_steps_down_at_once_when_another_holder_appears(
         config = fast_config(lease_name, "usurped")
         elector = LeaderElector(client, config, on_stopped_leading=stopped.set)
         async with running(elector):
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
             lease = read_lease(cluster, lease_name)
             assert lease is not None
             lease["spec"].update(
@@ -515,7 +516,7 @@ async def test_expiry_is_judged_by_observed_time_not_renew_time(
 
             age_to(16)  # unchanged for longer than leaseDurationSeconds: expired
             advanced = time.monotonic()
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
             print(f"\ntook over {time.monotonic() - advanced:.2f}s after the record expired")
             lease = read_lease(cluster, lease_name)
             assert lease is not None
@@ -532,7 +533,7 @@ async def test_follower_is_ready_and_reported_by_readyz(
         second = LeaderElector(client, fast_config(lease_name, "two"))
         assert not first.is_ready()
         async with running(first):
-            await asyncio.wait_for(first.wait_leading(), timeout=5)
+            await eventually(lambda: first.is_leader, 5, "leadership")
             async with running(second):
                 await until(second.is_ready, timeout=5)
                 assert not second.is_leader
@@ -571,7 +572,7 @@ async def test_graceful_stop_stops_the_work_then_releases(
             client, config, on_started_leading=work, on_stopped_leading=on_stopped
         )
         async with running(elector):
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
             held = read_lease(cluster, lease_name)
         assert order == ["work stopped", "stopped leading, holder=leaving"]
         assert gauge(lease_name) == 0
@@ -601,7 +602,7 @@ async def test_lease_is_not_released_while_the_work_keeps_running(
         config = fast_config(lease_name, "stubborn", release_timeout=0.5)
         elector = LeaderElector(client, config, on_started_leading=stubborn)
         async with running(elector):
-            await asyncio.wait_for(elector.wait_leading(), timeout=5)
+            await eventually(lambda: elector.is_leader, 5, "leadership")
         lease = read_lease(cluster, lease_name)
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == "stubborn"
