@@ -41,7 +41,8 @@ class CpuGovernorSpec(K8sModel):
 
 class CpuSpec(K8sModel):
     package_power_cap_watts: Watts | None = None
-    """Absolute CPU package power cap in watts; takes precedence over the percentage."""
+    """CPU power cap in watts for each package (socket), not for the node; takes precedence over
+    the percentage."""
     package_power_cap_pct_of_max: Percent | None = None
     """CPU package power cap as a percentage of the node's maximum package power."""
     governor: CpuGovernorSpec | None = None
