@@ -48,7 +48,14 @@ def test_kustomization_resources_exist(kustomization: Path) -> None:
 
 
 def test_every_object_is_identified_and_namespaced_where_needed() -> None:
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for o in objects():
         assert o["apiVersion"], o
         assert o["metadata"]["name"], o
