@@ -174,20 +174,26 @@ def discover_powercap(sysfs: Sysfs) -> Powercap:
 
     zones: list[RaplZone] = []
     excluded: list[ExcludedZone] = []
-    # The primary control type first, so an MMIO copy is the one found to be a duplicate.
+    # The primary control type first, so an MMIO copy is the one found to be a duplicate: a
+    # zone of another control type counts only for a package the primary type does not cover.
     named.sort(key=lambda item: (item[2] != _PRIMARY_CONTROL_TYPE, item[0]))
     package_names: set[str] = set()
+    primary_packages: set[str] = set()
     for path, real, control_type, name in named:
         if real in kept:
             excluded.append(ExcludedZone(path, name, EXCLUDED_DUPLICATE))
             continue
         kept[real] = (path, control_type)
         match = _PACKAGE.match(name)
+        if match is not None and control_type == _PRIMARY_CONTROL_TYPE:
+            primary_packages.add(match.group(1))
         if name == "psys" or name.startswith("psys-"):
             excluded.append(ExcludedZone(path, name, EXCLUDED_PLATFORM))
         elif match is None:
             excluded.append(ExcludedZone(path, name, EXCLUDED_SUBZONE))
-        elif name in package_names:
+        elif name in package_names or (
+            control_type != _PRIMARY_CONTROL_TYPE and match.group(1) in primary_packages
+        ):
             excluded.append(ExcludedZone(path, name, EXCLUDED_DUPLICATE))
         else:
             package_names.add(name)

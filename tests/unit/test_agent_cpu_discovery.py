@@ -4,7 +4,9 @@ energy-counter arithmetic the agent's telemetry rests on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -24,8 +26,12 @@ from joulie.agent.powercap_discovery import (
     average_power_watts,
     energy_delta_uj,
 )
+from joulie.api.base import ObjectMeta
+from joulie.api.crd import NODE_HARDWARE_CRD, crd_manifest
 from joulie.api.enums import CpuGovernorPreset, DiscoveryQuality
+from joulie.api.nodehardware import NodeHardware, NodeHardwareSpec, NodeHardwareStatus, Quality
 from joulie.hardware.catalog import Catalog
+from tests.structural import schema_errors
 from tests.support import sysfs_trees as trees
 from tests.support.fake_sysfs import FakeSysfs
 
@@ -40,6 +46,35 @@ def catalog() -> Catalog:
 def natives(discovery: CpuDiscovery) -> dict[str, str]:
     assert discovery.governor is not None
     return {p.preset.value: p.native for p in discovery.governor.presets}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        trees.intel_xeon_8260,
+        trees.amd_epyc_9654,
+        trees.vm_without_power_interfaces,
+        trees.intel_bios_locked,
+    ],
+    ids=["intel", "amd", "vm", "locked"],
+)
+def test_the_published_cpu_status_is_accepted_by_the_crd(
+    tmp_path: Path, catalog: Catalog, build: Callable[[Path], FakeSysfs]
+) -> None:
+    fake = build(tmp_path)
+    status = cpu_hardware_status(probe_cpu_locks(fake, discover_cpu(fake)), catalog)
+    obj = NodeHardware(
+        metadata=ObjectMeta(name="node-a"),
+        spec=NodeHardwareSpec(node_name="node-a"),
+        status=NodeHardwareStatus(
+            cpu=status.cpu,
+            quality=Quality(overall=status.quality, warnings=list(status.quality_warnings) or None),
+        ),
+    ).to_wire()
+    schema: dict[str, Any] = crd_manifest(NODE_HARDWARE_CRD)["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"
+    ]
+    assert schema_errors(schema, obj) == []
 
 
 # --- A: two-socket Intel Xeon 8260, intel_pstate + RAPL ------------------------------------------
@@ -122,6 +157,17 @@ def test_a_second_zone_named_psys_is_not_a_second_socket(tmp_path: Path) -> None
     assert any(
         z.path.endswith("intel-rapl:1") and z.reason == EXCLUDED_PLATFORM for z in power.excluded
     )
+
+
+def test_die_scoped_limits_add_up_to_the_socket_range(tmp_path: Path) -> None:
+    fake = trees.intel_xeon_8260(tmp_path)
+    devices = "/sys/devices/virtual/powercap/intel-rapl"
+    for socket in (0, 1):
+        fake.put(f"{devices}/intel-rapl:{socket}/name", f"package-0-die-{socket}")
+        fake.put(f"{devices}/intel-rapl:{socket}/constraint_0_max_power_uw", 100_000_000)
+    discovery = discover_cpu(fake)
+    assert [(z.package, z.die) for z in discovery.powercap.zones] == [(0, 0), (0, 1)]
+    assert discovery.cap_range_uw == (None, 200_000_000)
 
 
 def test_unknown_long_term_maximum_means_no_cap(tmp_path: Path, catalog: Catalog) -> None:
