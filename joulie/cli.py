@@ -271,7 +271,11 @@ def _run_roles(roles_text: str) -> int:
 
     from joulie.runtime import run
 
-    roles = [spec.build(item.settings) for spec, item in zip(specs, loaded[1:], strict=True)]
+    try:
+        roles = [spec.build(item.settings) for spec, item in zip(specs, loaded[1:], strict=True)]
+    except NotImplementedError as exc:
+        log.error("role not available in this version", detail=str(exc))
+        return 1
     return run(roles, process)
 
 

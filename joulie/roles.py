@@ -47,6 +47,7 @@ ROLES: Mapping[str, RoleSpec] = {
             "agent",
             "node agent: hardware discovery and enforcement of caps and governors",
             AgentSettings,
+            implementation="joulie.agent.role:build",
         ),
         RoleSpec(
             "extender",

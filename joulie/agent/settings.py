@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from joulie.agent.sharding import ordinal
 from joulie.api.enums import TelemetryBackend
 from joulie.api.keys import MANAGED_LABEL
 from joulie.settings import Accepts, Duration, EnvSettings, LabelSelectorText, Problem
@@ -55,9 +56,27 @@ class AgentSettings(EnvSettings):
     """URL posted to for GPU control when TELEMETRY_GPU_CONTROL=http."""
     telemetry_http_timeout: Annotated[Duration, Field(le=60)] = 2.0
     """Timeout of every HTTP telemetry or control request."""
+    control_interval: Annotated[Duration, Field(ge=1, le=3600)] = 20.0
+    """How often every node served is read and its NodeTwin spec asserted again (changes to the
+    spec are applied at once)."""
+    heartbeat_interval: Annotated[Duration, Field(ge=10, le=600)] = 300.0
+    """How often NodeHardware is rewritten when nothing changed, so the manager sees the agent
+    alive (it reports an agent stale after 15 minutes)."""
 
     def check(self) -> list[Problem]:
         problems: list[Problem] = []
+        if (
+            self.agent_mode is AgentMode.POOL
+            and self.pool_shards > 1
+            and ordinal(self.pod_name) is None
+        ):
+            problems.append(
+                self.problem(
+                    "pod_name",
+                    f"must end in the StatefulSet ordinal with POOL_SHARDS={self.pool_shards}",
+                    "the pod's name, e.g. from fieldRef metadata.name (joulie-agent-pool-0)",
+                )
+            )
         if self.agent_mode is AgentMode.DAEMONSET and not self.node_name:
             problems.append(
                 self.problem(

@@ -66,8 +66,11 @@ def test_every_object_is_identified_and_namespaced_where_needed() -> None:
 def _env(container: dict[str, Any]) -> dict[str, str]:
     env = {}
     for item in container.get("env", []):
-        # Values from the downward API are only known in the cluster; any name will do here.
-        env[item["name"]] = item.get("value", "from-downward-api")
+        # Values from the downward API are only known in the cluster: a pod's name (a
+        # StatefulSet's ends in its ordinal) or any name will do here.
+        field = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        stand_in = "pod-0" if field == "metadata.name" else "from-downward-api"
+        env[item["name"]] = item.get("value", stand_in)
     return env
 
 

@@ -1,0 +1,159 @@
+"""The agent's view of the cluster: the nodes it serves, their NodeTwins and their NodeHardware.
+
+Each collection is a slim projection of what the agent reads: a twin's spec (parsed once, a bad
+one reported and treated as absent) and whether the manager still maintains it, plus what this
+agent's field manager owns of the twin's status and of NodeHardware, for change-only writes. A
+change of a twin's spec or of the served nodes queues that node; the agent's own writes and the
+manager's status figures do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from joulie.api import keys
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.core.twin import UNMANAGED_SOURCE
+from joulie.kube.client import KubeClient
+from joulie.kube.informer import Handlers, Informer
+from joulie.kube.ownership import Observed, observe
+from joulie.kube.projections import SlimNode, node_projection
+
+log = structlog.get_logger("joulie.agent")
+
+NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
+NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+
+
+@dataclass(frozen=True, slots=True)
+class TwinIntent:
+    """One NodeTwin as the agent reads it."""
+
+    name: str
+    spec: NodeTwinSpec | None
+    """The parsed spec; None when it is missing or invalid (then nothing is enforced)."""
+    problem: str | None
+    managed: bool
+    """False once the manager no longer plans the node (its status says ``unmanaged``)."""
+    control: Observed
+    """What this agent owns of the status (its ``controlStatus``)."""
+
+    @property
+    def stored_control(self) -> Mapping[str, Any]:
+        return (self.control.fields.get("status") or {}).get("controlStatus") or {}
+
+    def same_intent(self, other: TwinIntent) -> bool:
+        return (self.spec, self.problem, self.managed) == (other.spec, other.problem, other.managed)
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareRecord:
+    """What this agent owns of one NodeHardware."""
+
+    name: str
+    main: Observed
+    status: Observed
+
+    @property
+    def stored_status(self) -> Mapping[str, Any]:
+        return self.status.fields.get("status") or {}
+
+
+def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinIntent]:
+    def project(raw: Mapping[str, Any]) -> TwinIntent:
+        spec: NodeTwinSpec | None = None
+        problem: str | None = None
+        try:
+            spec = NodeTwinSpec.model_validate(raw.get("spec") or {})
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "spec"
+            problem = f"invalid spec ({exc.error_count()} error(s)); {where}: {first['msg']}"
+        source = ((raw.get("status") or {}).get("powerMeasurement") or {}).get("source")
+        return TwinIntent(
+            name=raw["metadata"]["name"],
+            spec=spec,
+            problem=problem,
+            managed=source != UNMANAGED_SOURCE,
+            control=observe(raw, manager, "status", keep=("status",)),
+        )
+
+    return project
+
+
+def hardware_projection(manager: str) -> Callable[[Mapping[str, Any]], HardwareRecord]:
+    def project(raw: Mapping[str, Any]) -> HardwareRecord:
+        return HardwareRecord(
+            name=raw["metadata"]["name"],
+            main=observe(raw, manager, "", keep=("spec",)),
+            status=observe(raw, manager, "status", keep=("status",)),
+        )
+
+    return project
+
+
+class AgentCache:
+    """``on_change(node)`` is called, synchronously, when something the agent acts on changed
+    for that node."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        field_manager: str,
+        node_selector: str,
+        on_change: Callable[[str], None],
+    ) -> None:
+        self._on_change = on_change
+        self.nodes: Informer[SlimNode] = Informer(
+            client, "/api/v1/nodes", node_projection(), label_selector=node_selector or None
+        )
+        self.twins: Informer[TwinIntent] = Informer(
+            client, NODETWINS, twin_projection(field_manager)
+        )
+        self.hardware: Informer[HardwareRecord] = Informer(
+            client, NODEHARDWARES, hardware_projection(field_manager)
+        )
+        self.informers: list[Informer[Any]] = [self.nodes, self.twins, self.hardware]
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=lambda node: on_change(node.name),
+                on_delete=lambda node: on_change(node.name),
+            )
+        )
+        self.twins.add_handlers(
+            Handlers(
+                on_add=self._twin_added,
+                on_update=self._twin_updated,
+                on_delete=lambda twin: on_change(twin.name),
+            )
+        )
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.wait_synced()
+
+    def _twin_added(self, twin: TwinIntent) -> None:
+        _report(None, twin)
+        self._on_change(twin.name)
+
+    def _twin_updated(self, old: TwinIntent, new: TwinIntent) -> None:
+        _report(old, new)
+        if not new.same_intent(old):
+            self._on_change(new.name)
+
+
+def _report(old: TwinIntent | None, new: TwinIntent) -> None:
+    """One warning when a twin's spec becomes unusable (or unusable differently)."""
+    if new.problem is not None and (old is None or old.problem != new.problem):
+        log.warning(
+            "NodeTwin spec unusable; enforcing nothing for it", node=new.name, problem=new.problem
+        )

@@ -1,0 +1,176 @@
+"""Pool mode: one agent process serving many KWOK nodes through the HTTP backend.
+
+For each node of its shard the pool reads the node's telemetry, publishes its NodeHardware
+(change-only, plus a heartbeat), and puts its NodeTwin spec in force through the backend:
+
+* a spec the node is not yet running is sent (also after the backend lost its state, which the
+  telemetry's applied controls show);
+* a node the manager no longer plans (twin gone, or its status ``unmanaged``) gets its caps and
+  presets cleared, reported ``restored``;
+* the outcome goes to the twin's ``controlStatus`` under this agent's field manager, written
+  only when an outcome changes.
+
+One node's failure (the backend refuses, a write is refused) is logged and retried at the next
+pass; it never stops the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from joulie.agent.cache import NODEHARDWARES, NODETWINS, AgentCache
+from joulie.agent.http_backend import HttpBackend, control_request
+from joulie.agent.reports import control_status, simulated_hardware
+from joulie.agent.sharding import shard_of
+from joulie.api import keys
+from joulie.api.enums import ControlResult
+from joulie.api.telemetry import (
+    ControlRequest,
+    ControlResponse,
+    CpuControl,
+    GpuControl,
+    HardwareSummary,
+    TelemetryReport,
+)
+from joulie.hardware.catalog import Catalog
+from joulie.kube.writes import Writer
+
+log = structlog.get_logger("joulie.agent")
+
+BACKEND = "http"
+
+
+def restore_request(hardware: HardwareSummary, *, governor_writes: bool) -> ControlRequest:
+    """Everything back to the node's own settings: no caps, and no presets when this agent
+    writes presets at all."""
+    gpu = (
+        GpuControl(clear_cap=True, clear_preset=governor_writes) if hardware.gpu_count > 0 else None
+    )
+    return ControlRequest(cpu=CpuControl(clear_cap=True, clear_preset=governor_writes), gpu=gpu)
+
+
+def as_restored(response: ControlResponse) -> ControlResponse:
+    """A clearing request's outcomes, said as what they are for the node: restored."""
+    update: dict[str, Any] = {}
+    for field in ("cpu_cap", "cpu_governor", "gpu_cap", "gpu_governor"):
+        outcome = getattr(response, field)
+        if outcome is not None and outcome.result is ControlResult.APPLIED:
+            update[field] = outcome.model_copy(update={"result": ControlResult.RESTORED})
+    return response.model_copy(update=update)
+
+
+class PoolAgent:
+    def __init__(
+        self,
+        cache: AgentCache,
+        backend: HttpBackend,
+        writer: Writer,
+        catalog: Catalog,
+        *,
+        shard: int,
+        shards: int,
+        governor_writes: bool,
+        heartbeat_s: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._cache = cache
+        self._backend = backend
+        self._writer = writer
+        self._catalog = catalog
+        self._shard = shard
+        self._shards = shards
+        self._governor_writes = governor_writes
+        self._heartbeat = timedelta(seconds=heartbeat_s)
+        self._clock = clock
+        self._sent: dict[str, tuple[ControlRequest, ControlResponse]] = {}
+        """Per node: the last request sent and the backend's answer."""
+
+    def mine(self, node: str) -> bool:
+        return shard_of(node, self._shards) == self._shard
+
+    def served(self) -> list[str]:
+        names: list[str] = self._cache.nodes.keys()
+        return sorted(n for n in names if self.mine(n))
+
+    def forget_gone(self) -> None:
+        existing = set(self._cache.nodes.keys())
+        for name in [n for n in self._sent if n not in existing]:
+            del self._sent[name]
+
+    async def sync(self, node: str) -> None:
+        """Bring one node in line; raises on failure (the caller retries it)."""
+        if not self.mine(node) or self._cache.nodes.get(node) is None:
+            self._sent.pop(node, None)
+            return
+        report = await self._backend.telemetry(node)
+        await self._publish(node, report.hardware)
+        await self._enforce(node, report)
+
+    async def _publish(self, node: str, hardware: HardwareSummary) -> None:
+        ident = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.NODE_HARDWARE_KIND,
+            "metadata": {"name": node},
+        }
+        record = self._cache.hardware.get(node)
+        await self._writer.apply(
+            f"{NODEHARDWARES}/{node}",
+            {**ident, "spec": {"nodeName": node}},
+            observed=record.main if record else None,
+        )
+        facts = simulated_hardware(hardware, self._catalog)
+        stored = dict(record.stored_status) if record else {}
+        beat = stored.pop("updatedAt", None)
+        now = self._clock()
+        if facts != stored or _older(beat, now - self._heartbeat):
+            beat = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        await self._writer.apply(
+            f"{NODEHARDWARES}/{node}/status",
+            {**ident, "status": {**facts, "updatedAt": beat}},
+            observed=record.status if record else None,
+        )
+
+    async def _enforce(self, node: str, report: TelemetryReport) -> None:
+        twin = self._cache.twins.get(node)
+        spec = twin.spec if twin is not None and twin.managed else None
+        planned = spec is not None
+        if spec is not None:
+            request = control_request(spec, report.hardware, governor_writes=self._governor_writes)
+        else:
+            request = restore_request(report.hardware, governor_writes=self._governor_writes)
+        last = self._sent.get(node)
+        if last is not None and last[0] == request and last[1].controls == report.controls:
+            return  # in force already, and the backend still says so
+        response = await self._backend.control(node, request)
+        if not planned:
+            response = as_restored(response)
+        self._sent[node] = (request, response)
+        if twin is None:
+            return  # nowhere to report: the twin is gone
+        stored = twin.stored_control
+        status = control_status(response, stored, BACKEND, self._clock())
+        await self._writer.apply(
+            f"{NODETWINS}/{node}/status",
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": keys.NODE_TWIN_KIND,
+                "metadata": {"name": node},
+                "status": {"controlStatus": status},
+            },
+            observed=twin.control,
+        )
+
+
+def _older(stamp: Any, than: datetime) -> bool:
+    """Whether an RFC 3339 ``stamp`` is missing, unreadable or before ``than``."""
+    if not isinstance(stamp, str):
+        return True
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return moment < than

@@ -1,0 +1,141 @@
+"""The node-agent role.
+
+Pool mode (``AGENT_MODE=pool``, the StatefulSet for KWOK nodes) is built: one process serves the
+nodes of its shard through the HTTP backend (``pool.py``). The simulator answers for the whole
+node at one URL, so the CPU endpoints serve the GPUs too. Every node served is a key of one work
+queue, queued when its twin's spec or the node set changes and once every CONTROL_INTERVAL; a
+node that fails is logged (once per distinct failure) and tried again at the next pass, without
+holding back the others. No leader election: each node belongs to exactly one shard, so no two
+agents write the same objects.
+
+DaemonSet mode (real hardware) is not built yet: its discovery, control and baseline pieces exist
+(``cpu_discovery``, ``cpu_control``, ``gpu_*``, ``baseline``), the role that drives them does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from joulie.agent.cache import AgentCache
+from joulie.agent.http_backend import HttpBackend
+from joulie.agent.pool import PoolAgent
+from joulie.agent.settings import AgentMode, AgentSettings
+from joulie.agent.sharding import ordinal
+from joulie.api.enums import TelemetryBackend
+from joulie.hardware.catalog import Catalog
+from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
+from joulie.kube.workqueue import WorkQueue, run_workers
+from joulie.kube.writes import Writer
+
+log = structlog.get_logger("joulie.agent")
+
+FIELD_MANAGER = "joulie-agent"
+WORKERS = 32
+"""Nodes handled at once (each is a telemetry read, and sometimes a control request and writes)."""
+
+
+class AgentRole:
+    name = "agent"
+
+    def __init__(self, settings: AgentSettings, client: KubeClient | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._connector = ClusterConnector()
+        self._cache: AgentCache | None = None
+        self._failing: dict[str, str] = {}
+        self.passes = 0
+
+    def is_ready(self) -> bool:
+        return self._cache is not None and self._cache.synced
+
+    def status(self) -> str:
+        if self._cache is None:
+            return self._connector.status() if self._client is None else "starting"
+        return f"pool shard {self._shard()} of {self.settings.pool_shards}"
+
+    def _shard(self) -> int:
+        if self.settings.pool_shards == 1:
+            return 0
+        return ordinal(self.settings.pod_name) or 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        settings = self.settings
+        client = self._client or await self._connector.connect(stopping)
+        if client is None:
+            return
+        queue: WorkQueue[str] = WorkQueue("joulie-agent")
+        cache = AgentCache(client, FIELD_MANAGER, settings.pool_node_selector, queue.add)
+        self._cache = cache
+        backend = HttpBackend(
+            settings.telemetry_cpu_http_endpoint,
+            settings.telemetry_cpu_control_http_endpoint,
+            settings.telemetry_http_timeout,
+        )
+        agent = PoolAgent(
+            cache,
+            backend,
+            Writer(client, FIELD_MANAGER, map_lists={"conditions": ("type",)}),
+            Catalog.load(),
+            shard=self._shard(),
+            shards=settings.pool_shards,
+            governor_writes=settings.governor_writes,
+            heartbeat_s=settings.heartbeat_interval,
+        )
+        tasks: list[asyncio.Task[Any]] = [
+            asyncio.create_task(i.run(stopping)) for i in cache.informers
+        ]
+
+        async def handle(node: str) -> None:
+            try:
+                await agent.sync(node)
+            except Exception as exc:
+                message = f"{type(exc).__name__}: {exc}"
+                if self._failing.get(node) != message:
+                    log.warning("node not brought in line; trying again", node=node, error=message)
+                self._failing[node] = message
+            else:
+                if self._failing.pop(node, None) is not None:
+                    log.info("node in line again", node=node)
+
+        async def passes() -> None:
+            await cache.wait_synced()
+            while not stopping.is_set():
+                for node in agent.served():
+                    queue.add(node)
+                agent.forget_gone()
+                self.passes += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), settings.control_interval)
+
+        tasks.append(asyncio.create_task(passes()))
+        try:
+            await run_workers(queue, handle, WORKERS, stopping)
+        finally:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await backend.close()
+            if self._client is None:
+                await client.close()
+
+
+def build(settings: AgentSettings) -> AgentRole:
+    if settings.agent_mode is not AgentMode.POOL:
+        raise NotImplementedError(
+            "AGENT_MODE=daemonset (real hardware) is not built yet; AGENT_MODE=pool is"
+        )
+    backends = (
+        settings.telemetry_cpu_source,
+        settings.telemetry_cpu_control,
+        settings.telemetry_gpu_source,
+        settings.telemetry_gpu_control,
+    )
+    if TelemetryBackend.HOST in backends:
+        raise NotImplementedError(
+            "pool mode drives nodes through the HTTP backend: set TELEMETRY_{CPU,GPU}_SOURCE and "
+            "TELEMETRY_{CPU,GPU}_CONTROL to http, with their endpoints"
+        )
+    return AgentRole(settings)
