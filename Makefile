@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: test install binaries lint typecheck pytest generate crds docs image clean \
-	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin
+	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
@@ -59,6 +59,10 @@ bench-manager: install binaries
 # The twin's CPU cost per reconcile at 5,000 nodes (no cluster needed).
 bench-twin: install
 	$(BIN)/python -m bench.twin
+
+# Agent pool mode at 5,000 nodes on 2 shards: first and steady pass, CPU per pass, RSS.
+bench-agent-pool: install binaries
+	$(BIN)/python -m bench.agent_pool
 
 # Simulator telemetry latency and requests/s on one core, on the bench-informer cluster.
 bench-simulator: install binaries

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
 
 from joulie.agent.cache import AgentCache
 from joulie.agent.http_backend import HttpBackend
+from joulie.agent.metrics import NODE_SYNCS, PASS_SECONDS, SERVED_NODES
 from joulie.agent.pool import PoolAgent
 from joulie.agent.settings import AgentMode, AgentSettings
 from joulie.agent.sharding import ordinal
@@ -90,22 +92,38 @@ class AgentRole:
             asyncio.create_task(i.run(stopping)) for i in cache.informers
         ]
 
+        pending: set[str] = set()
+        """The nodes of the current pass not yet synced."""
+        pass_started = 0.0
+
         async def handle(node: str) -> None:
             try:
                 await agent.sync(node)
             except Exception as exc:
+                NODE_SYNCS.labels("failed").inc()
                 message = f"{type(exc).__name__}: {exc}"
                 if self._failing.get(node) != message:
                     log.warning("node not brought in line; trying again", node=node, error=message)
                 self._failing[node] = message
             else:
+                NODE_SYNCS.labels("ok").inc()
                 if self._failing.pop(node, None) is not None:
                     log.info("node in line again", node=node)
+            if node in pending:
+                pending.discard(node)
+                if not pending:
+                    PASS_SECONDS.observe(time.monotonic() - pass_started)
 
         async def passes() -> None:
+            nonlocal pass_started
             await cache.wait_synced()
             while not stopping.is_set():
-                for node in agent.served():
+                served = agent.served()
+                SERVED_NODES.set(len(served))
+                if not pending:  # a pass still running is not restarted
+                    pending.update(served)
+                    pass_started = time.monotonic()
+                for node in served:
                     queue.add(node)
                 agent.forget_gone()
                 self.passes += 1
