@@ -1,9 +1,10 @@
 """Leadership fences the manager's writes, checked against the API server's audit log.
 
 Two managers run against nodes whose power changes every reconcile, so the leader writes without
-pause. When the leader is told to stop (a rolling update) or freezes past its renew deadline, no
-write of it may be accepted after the first write of its successor; the audit log says, for every
-accepted write, which process sent it (the user agent names the pid) and when it was answered.
+pause. When the leader is told to stop (a rolling update) or is cut off from the API server past
+its renew deadline, no write of it may be accepted after the first write of its successor; the
+audit log says, for every accepted write, which process sent it (the user agent names the pid) and
+when it was answered.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_manager import INVENTORY
 from tests.e2e.test_manager_handover import E2E_LABEL, HandoverManager
+from tests.support.tcp_proxy import BackgroundProxy
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -105,7 +108,7 @@ def accepted_writes(
 
 
 def start_pair(
-    cluster: LocalCluster, tmp: Path, telemetry: str
+    cluster: LocalCluster, tmp: Path, telemetry: str, **leader_env: str
 ) -> tuple[HandoverManager, HandoverManager]:
     """The first manager leads and writes steadily before the second one starts to follow."""
     settings = {
@@ -115,7 +118,7 @@ def start_pair(
         "NODE_POWER_HTTP_ENDPOINT": telemetry,
         "POLICY_TYPE": "static_partition",
     }
-    leader = HandoverManager(cluster, tmp, "leader", **settings)
+    leader = HandoverManager(cluster, tmp, "leader", **settings, **leader_env)
     wait_until(leader.is_leader, 30, "the first manager to lead")
     follower = HandoverManager(cluster, tmp, "follower", **settings)
     wait_until(lambda: follower.followed_leader() is not None, 30, "the second to follow")
@@ -128,14 +131,17 @@ def start_pair(
     return leader, follower
 
 
-def mid_reconcile(cluster: LocalCluster, leader: HandoverManager, sig: signal.Signals) -> None:
-    """Send ``sig`` once the leader has its reading and its first writes reach the audit log
-    (a few entries: a Lease renewal alone is one)."""
+def mid_reconcile(
+    cluster: LocalCluster, leader: HandoverManager, sig: signal.Signals | None
+) -> None:
+    """Return (after sending ``sig``, if any) once the leader has its reading and its first
+    writes reach the audit log (a few entries: a Lease renewal alone is one)."""
     _Noisy.read.clear()
     assert _Noisy.read.wait(30), "no reconcile read the telemetry"
     size = cluster.audit_log.stat().st_size
     wait_until(lambda: cluster.audit_log.stat().st_size > size + 4096, 30, "writes", interval=0.005)
-    leader.process.send_signal(sig)
+    if sig is not None:
+        leader.process.send_signal(sig)
 
 
 def test_sigterm_stops_the_writes_before_the_successor_starts(
@@ -167,19 +173,36 @@ def test_sigterm_stops_the_writes_before_the_successor_starts(
         follower.stop_quietly()
 
 
-def test_a_frozen_leader_writes_nothing_once_it_wakes(
+def through(proxy: BackgroundProxy, kubeconfig: Path, tmp: Path) -> Path:
+    """A copy of ``kubeconfig`` that reaches the API server through ``proxy``."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    path = tmp / "kubeconfig-proxied"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_leader_cut_off_stops_writing_before_its_lease_expires(
     cluster: LocalCluster, nodes: set[str], telemetry: str, tmp_path: Path
 ) -> None:
-    """SIGSTOP the leader mid-stream, past its renew deadline and the Lease: the follower takes
-    over; when the old leader runs again, its queued writes are refused before they are sent."""
-    leader, follower = start_pair(cluster, tmp_path, telemetry)
+    """The leader reaches the API server through a relay, which is cut mid-reconcile: past its
+    renew deadline it gives up leadership, before its Lease expires and the follower takes
+    over; when the relay comes back it writes nothing."""
+    proxy = BackgroundProxy(cluster.ports["apiserver"])
+    kubeconfig = through(proxy, cluster.role_kubeconfig("manager"), tmp_path)
+    leader, follower = start_pair(cluster, tmp_path, telemetry, KUBECONFIG=str(kubeconfig))
     try:
-        mid_reconcile(cluster, leader, signal.SIGSTOP)
-        wait_until(follower.is_leader, 30, "the follower to take over from a frozen leader")
+        mid_reconcile(cluster, leader, None)
+        proxy.block()
+        wait_until(follower.is_leader, 40, "the follower to take over from a cut-off leader")
         theirs = wait_until(
             lambda: accepted_writes(cluster, follower.process.pid), 30, "the successor's writes"
         )
-        leader.process.send_signal(signal.SIGCONT)
+        log = leader.log.read_text()
+        # It stepped down on its own deadline, not because it saw a new holder.
+        assert "renew deadline exceeded" in log, log[-4000:]
+        proxy.unblock()
         wait_until(lambda: leader.followed_leader() is not None, 30, "the old leader to follow")
         follower.wait_reconciles(3)
         late = [t for t in accepted_writes(cluster, leader.process.pid) if t >= theirs[0]]
@@ -187,6 +210,7 @@ def test_a_frozen_leader_writes_nothing_once_it_wakes(
         leader.stop()
         assert leader.process.returncode == 0, leader.log.read_text()[-4000:]
     finally:
-        leader.process.send_signal(signal.SIGCONT)
+        proxy.unblock()
         leader.stop_quietly()
         follower.stop_quietly()
+        proxy.close()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from typing import Any
 
 
 class TcpProxy:
@@ -62,3 +64,35 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         await writer.drain()
     with contextlib.suppress(Exception):
         writer.write_eof()
+
+
+class BackgroundProxy:
+    """A :class:`TcpProxy` on an event loop of its own thread, for tests that are not async
+    (a role running as a process, reached through the relay)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.proxy = TcpProxy(target_port)
+        self._run(self.proxy.start())
+
+    @property
+    def port(self) -> int:
+        return self.proxy.port
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=30)
+
+    def block(self) -> None:
+        """Drop every open connection and refuse new ones: the client is cut off."""
+        self._loop.call_soon_threadsafe(setattr, self.proxy, "blocked", True)
+        self._run(self.proxy.cut())
+
+    def unblock(self) -> None:
+        self._loop.call_soon_threadsafe(setattr, self.proxy, "blocked", False)
+
+    def close(self) -> None:
+        self._run(self.proxy.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
