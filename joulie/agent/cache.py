@@ -21,7 +21,7 @@ from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.twin import UNMANAGED_SOURCE
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
-from joulie.kube.ownership import Observed, observe
+from joulie.kube.ownership import Observed, OwnedObject, observe, owned_projection
 from joulie.kube.projections import SlimNode, node_projection
 
 log = structlog.get_logger("joulie.agent")
@@ -51,19 +51,6 @@ class TwinIntent:
         return (self.spec, self.problem, self.managed) == (other.spec, other.problem, other.managed)
 
 
-@dataclass(frozen=True, slots=True)
-class HardwareRecord:
-    """What this agent owns of one NodeHardware."""
-
-    name: str
-    main: Observed
-    status: Observed
-
-    @property
-    def stored_status(self) -> Mapping[str, Any]:
-        return self.status.fields.get("status") or {}
-
-
 def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinIntent]:
     def project(raw: Mapping[str, Any]) -> TwinIntent:
         spec: NodeTwinSpec | None = None
@@ -81,17 +68,6 @@ def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinIntent]:
             problem=problem,
             managed=source != UNMANAGED_SOURCE,
             control=observe(raw, manager, "status", keep=("status",)),
-        )
-
-    return project
-
-
-def hardware_projection(manager: str) -> Callable[[Mapping[str, Any]], HardwareRecord]:
-    def project(raw: Mapping[str, Any]) -> HardwareRecord:
-        return HardwareRecord(
-            name=raw["metadata"]["name"],
-            main=observe(raw, manager, "", keep=("spec",)),
-            status=observe(raw, manager, "status", keep=("status",)),
         )
 
     return project
@@ -115,8 +91,8 @@ class AgentCache:
         self.twins: Informer[TwinIntent] = Informer(
             client, NODETWINS, twin_projection(field_manager)
         )
-        self.hardware: Informer[HardwareRecord] = Informer(
-            client, NODEHARDWARES, hardware_projection(field_manager)
+        self.hardware: Informer[OwnedObject] = Informer(
+            client, NODEHARDWARES, owned_projection(field_manager)
         )
         self.informers: list[Informer[Any]] = [self.nodes, self.twins, self.hardware]
         self.nodes.add_handlers(

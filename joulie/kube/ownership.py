@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,33 @@ def observe(
         owned=managed_paths(meta.get("managedFields"), manager, subresource),
         version=resource_version(raw),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedObject:
+    """One object as a writer's cache keeps it: what its field manager owns of the object itself
+    (``spec`` and the like) and of its ``status`` subresource, and the status as stored."""
+
+    name: str
+    main: Observed
+    status: Observed
+
+    @property
+    def stored_status(self) -> Mapping[str, Any]:
+        return self.status.fields.get("status") or {}
+
+
+def owned_projection(manager: str) -> Callable[[Mapping[str, Any]], OwnedObject]:
+    """An informer projection keeping, per object, what ``manager`` owns of it."""
+
+    def project(raw: Mapping[str, Any]) -> OwnedObject:
+        return OwnedObject(
+            name=raw["metadata"]["name"],
+            main=observe(raw, manager, "", keep=("spec",)),
+            status=observe(raw, manager, "status", keep=("status",)),
+        )
+
+    return project
 
 
 def resource_version(raw: Mapping[str, Any] | None) -> int | None:

@@ -23,7 +23,7 @@ from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.intents import is_active_performance_pod, is_running_pod, uses_multi_gpu
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
-from joulie.kube.ownership import Observed, observe
+from joulie.kube.ownership import OwnedObject, owned_projection
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
 from joulie.manager.metrics import TRIGGERS
 
@@ -56,19 +56,6 @@ class HardwareFacts:
         return (self.node, self.status, self.problem) == (other.node, other.status, other.problem)
 
 
-@dataclass(frozen=True, slots=True)
-class TwinRecord:
-    """One NodeTwin: what this manager owns of its spec and status, and the status as stored."""
-
-    name: str
-    spec: Observed
-    status: Observed
-
-    @property
-    def stored_status(self) -> Mapping[str, Any]:
-        return self.status.fields.get("status") or {}
-
-
 def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
     meta = raw["metadata"]
     node = str((raw.get("spec") or {}).get("nodeName") or meta["name"])
@@ -99,17 +86,6 @@ def _status_written_at(managed: Any) -> datetime | None:
         return datetime.fromisoformat(str(max(times)).replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinRecord]:
-    def project(raw: Mapping[str, Any]) -> TwinRecord:
-        return TwinRecord(
-            name=raw["metadata"]["name"],
-            spec=observe(raw, manager, "", keep=("spec",)),
-            status=observe(raw, manager, "status", keep=("status",)),
-        )
-
-    return project
 
 
 def _pod_class(pod: SlimPod) -> str | None:
@@ -175,8 +151,8 @@ class ClusterCache:
         self.hardware: Informer[HardwareFacts] = Informer(
             client, NODEHARDWARES, hardware_facts, indexers={_NODE: _hardware_node}
         )
-        self.twins: Informer[TwinRecord] = Informer(
-            client, NODETWINS, twin_projection(field_manager)
+        self.twins: Informer[OwnedObject] = Informer(
+            client, NODETWINS, owned_projection(field_manager)
         )
         self.informers: list[Informer[Any]] = [self.nodes, self.pods, self.hardware, self.twins]
         self.nodes.add_handlers(

@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable, Iterator
 import structlog
 
 from joulie.core.twin import retired_status
+from joulie.kube.ownership import OwnedObject
 from joulie.kube.writes import NotPermitted
-from joulie.manager.cache import ClusterCache, TwinRecord
+from joulie.manager.cache import ClusterCache
 from joulie.manager.node_writer import NodeWriter
 
 log = structlog.get_logger("joulie.manager")
@@ -45,7 +46,7 @@ class TwinCleanup:
 
         await self._drain(jobs())
 
-    async def _retire(self, twin: TwinRecord, status: dict[str, object]) -> None:
+    async def _retire(self, twin: OwnedObject, status: dict[str, object]) -> None:
         if await self._writer.retire(twin, status):
             log.info("twin of an unplanned node marked unmanaged", node=twin.name)
 

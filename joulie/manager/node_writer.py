@@ -24,9 +24,10 @@ from joulie.core.intents import (
     transition_event,
 )
 from joulie.kube.events import EventRecorder, ObjectRef
+from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import SlimNode
 from joulie.kube.writes import Writer
-from joulie.manager.cache import NODETWINS, HardwareFacts, TwinRecord
+from joulie.manager.cache import NODETWINS, HardwareFacts
 from joulie.manager.metrics import TRANSITIONS
 from joulie.manager.planner import NodeMemo
 
@@ -82,7 +83,7 @@ class NodeWriter:
     def verified(
         self,
         memo: NodeMemo,
-        twin: TwinRecord | None,
+        twin: OwnedObject | None,
         node: SlimNode,
         intent: NodeIntent,
         twin_fields: dict[str, Any],
@@ -106,7 +107,7 @@ class NodeWriter:
         node: SlimNode,
         intent: NodeIntent,
         spec: dict[str, Any],
-        twin: TwinRecord | None,
+        twin: OwnedObject | None,
         twin_fields: dict[str, Any],
         reporting: AgentReporting,
         now: datetime,
@@ -121,7 +122,7 @@ class NodeWriter:
             "spec": spec,
         }
         if await self._writer.apply(
-            f"{NODETWINS}/{name}", desired, observed=twin.spec if twin else None
+            f"{NODETWINS}/{name}", desired, observed=twin.main if twin else None
         ):
             self.writes += 1
         profile = str(intent.spec.profile)
@@ -140,7 +141,7 @@ class NodeWriter:
     async def _write_status(
         self,
         name: str,
-        twin: TwinRecord | None,
+        twin: OwnedObject | None,
         twin_fields: dict[str, Any],
         reporting: AgentReporting,
         now: datetime,
@@ -166,7 +167,7 @@ class NodeWriter:
         ):
             self.writes += 1
 
-    async def retire(self, twin: TwinRecord, status: dict[str, Any]) -> bool:
+    async def retire(self, twin: OwnedObject, status: dict[str, Any]) -> bool:
         """Apply ``status`` (see ``core.twin.retired_status``) as the manager's whole part of an
         unplanned node's twin status."""
         body = {
@@ -188,7 +189,7 @@ class NodeWriter:
         return False
 
     async def _transition(
-        self, node: SlimNode, twin: TwinRecord | None, current: SchedulableClass
+        self, node: SlimNode, twin: OwnedObject | None, current: SchedulableClass
     ) -> str | None:
         observed = (twin.stored_status if twin is not None else {}).get("schedulableClass")
         previous = self._classes.get(node.name)
