@@ -28,7 +28,7 @@ from joulie.api.telemetry import (
     HardwareSummary,
     TelemetryReport,
 )
-from joulie.core.caps import spec_caps
+from joulie.core.caps import EffectiveCap, spec_caps
 
 __all__ = ["BackendError", "HttpBackend", "control_request"]
 
@@ -57,37 +57,34 @@ def control_request(
         cpu_max_watts_per_package=per_package_max,
         gpu_max_watts_per_gpu=hardware.gpu_max_w_per_gpu or None,
     )
-    cpu_fields: dict[str, Any] = {}
-    if caps.cpu is None:
-        cpu_fields["clear_cap"] = True
-    elif caps.cpu.watts is not None:
-        cpu_fields["cap_watts"] = caps.cpu.watts * sockets
-    else:
-        cpu_fields["cap_pct_of_max"] = caps.cpu.pct_of_max
+    cpu_fields = _cap_fields(caps.cpu, "cap_watts", sockets)
     if governor_writes:
         governor = spec.cpu.governor if spec.cpu is not None else None
-        if governor is None:
-            cpu_fields["clear_preset"] = True
-        else:
-            cpu_fields["preset"] = governor.preset
+        cpu_fields |= _preset_fields(governor.preset if governor else None)
     gpu: GpuControl | None = None
     if spec.gpu is not None or hardware.gpu_count > 0:
-        gpu_fields: dict[str, Any] = {}
-        if caps.gpu is None:
-            gpu_fields["clear_cap"] = True
-        elif caps.gpu.watts is not None:
-            gpu_fields["cap_watts_per_gpu"] = caps.gpu.watts
-        else:
-            gpu_fields["cap_pct_of_max"] = caps.gpu.pct_of_max
+        gpu_fields = _cap_fields(caps.gpu, "cap_watts_per_gpu", 1)
         if governor_writes:
             wanted = spec.gpu.governor if spec.gpu is not None else None
-            if wanted is None:
-                gpu_fields["clear_preset"] = True
-            else:
-                gpu_fields["preset"] = wanted.preset
+            gpu_fields |= _preset_fields(wanted.preset if wanted else None)
+            if wanted is not None:
                 gpu_fields["clock_ceiling_pct_of_max"] = wanted.compute_clock_ceiling_pct_of_max
         gpu = GpuControl(**gpu_fields)
     return ControlRequest(cpu=CpuControl(**cpu_fields), gpu=gpu)
+
+
+def _cap_fields(cap: EffectiveCap | None, watts_field: str, scale: int) -> dict[str, Any]:
+    """A cap in the contract's terms: cleared, in watts (times ``scale`` devices), or a
+    percentage when no maximum was known to turn it into watts."""
+    if cap is None:
+        return {"clear_cap": True}
+    if cap.watts is not None:
+        return {watts_field: cap.watts * scale}
+    return {"cap_pct_of_max": cap.pct_of_max}
+
+
+def _preset_fields(preset: object | None) -> dict[str, Any]:
+    return {"clear_preset": True} if preset is None else {"preset": preset}
 
 
 class HttpBackend:
