@@ -36,7 +36,8 @@ class TwinIntent:
 
     name: str
     spec: NodeTwinSpec | None
-    """The parsed spec; None when it is missing or invalid (then nothing is enforced)."""
+    """The parsed spec; None when it is missing or invalid (then the node's own settings are
+    restored, as for a node that left the plan)."""
     problem: str | None
     managed: bool
     """False once the manager no longer plans the node (its status says ``unmanaged``)."""
@@ -131,5 +132,7 @@ def _report(old: TwinIntent | None, new: TwinIntent) -> None:
     """One warning when a twin's spec becomes unusable (or unusable differently)."""
     if new.problem is not None and (old is None or old.problem != new.problem):
         log.warning(
-            "NodeTwin spec unusable; enforcing nothing for it", node=new.name, problem=new.problem
+            "NodeTwin spec unusable; the node's own settings are restored until it is fixed",
+            node=new.name,
+            problem=new.problem,
         )

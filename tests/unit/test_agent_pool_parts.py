@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from joulie.agent.cache import twin_projection
 from joulie.agent.pool import as_restored, restore_request
 from joulie.agent.reports import control_status, simulated_hardware
 from joulie.agent.sharding import ordinal, shard_of
@@ -114,3 +115,23 @@ def test_a_node_leaving_the_plan_is_cleared_and_reported_restored() -> None:
     assert restored.cpu_cap.result is ControlResult.RESTORED
     assert restored.gpu_cap is not None
     assert restored.gpu_cap.result is ControlResult.ERROR  # a failure stays a failure
+
+
+def test_an_invalid_or_unmanaged_twin_is_not_put_in_force() -> None:
+    project = twin_projection("joulie-agent")
+    bad = project({"metadata": {"name": "n1"}, "spec": {"nodeName": "n1", "profile": "turbo"}})
+    assert bad.spec is None
+    assert bad.problem is not None
+    assert "profile" in bad.problem
+    retired = project(
+        {
+            "metadata": {"name": "n1"},
+            "spec": {"nodeName": "n1", "profile": "eco"},
+            "status": {"powerMeasurement": {"source": "unmanaged"}},
+        }
+    )
+    assert retired.spec is not None
+    assert not retired.managed
+    good = project({"metadata": {"name": "n1"}, "spec": {"nodeName": "n1", "profile": "eco"}})
+    assert good.managed
+    assert not good.same_intent(retired)
