@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from joulie.api.enums import ControlResult, CpuGovernorPreset, DiscoveryQuality, GpuGovernorPreset
+from joulie.api.enums import ControlResult, CpuGovernorPreset, GpuGovernorPreset
 from joulie.api.nodehardware import (
     Capabilities,
     CpuCapRange,
@@ -27,7 +27,7 @@ from joulie.api.nodehardware import (
     Quality,
 )
 from joulie.api.telemetry import ControlResponse, HardwareSummary, Outcome
-from joulie.hardware.catalog import Catalog
+from joulie.hardware.catalog import Catalog, overall_quality
 
 SIMULATED = "simulated"
 """What a preset means on a node the simulator stands in for."""
@@ -46,17 +46,12 @@ def simulated_hardware(summary: HardwareSummary, catalog: Catalog) -> dict[str, 
     backend: the models the simulator models, its power ranges, and every preset, since the
     simulator accepts them all."""
     sockets = max(summary.sockets, 1)
-    cpu_key = catalog.match_cpu(summary.cpu_model).key
+    cpu_match = catalog.match_cpu(summary.cpu_model)
+    cpu_key = cpu_match.key
     gpus = summary.gpu_count > 0
-    gpu_key = catalog.match_gpu(summary.gpu_model).key if gpus else None
-    recognised = cpu_key is not None and (gpu_key is not None or not gpus)
-    quality = (
-        DiscoveryQuality.EXACT
-        if recognised
-        else DiscoveryQuality.HEURISTIC
-        if summary.cpu_model
-        else DiscoveryQuality.UNAVAILABLE
-    )
+    gpu_match = catalog.match_gpu(summary.gpu_model) if gpus else None
+    gpu_key = gpu_match.key if gpu_match else None
+    quality = overall_quality(cpu_match.quality, *([gpu_match.quality] if gpu_match else []))
     status = NodeHardwareStatus(
         cpu=CpuHardware(
             raw_model=summary.cpu_model,

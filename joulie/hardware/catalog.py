@@ -97,6 +97,15 @@ class Match:
     raw: str
 
 
+_QUALITY_RANK = (DiscoveryQuality.EXACT, DiscoveryQuality.HEURISTIC, DiscoveryQuality.UNAVAILABLE)
+
+
+def overall_quality(*qualities: DiscoveryQuality) -> DiscoveryQuality:
+    """NodeHardware ``quality.overall`` of a node: as good as its least recognised device class
+    (``exact`` only when every model present was recognised)."""
+    return max(qualities, key=_QUALITY_RANK.index, default=DiscoveryQuality.UNAVAILABLE)
+
+
 # --- normalisation -----------------------------------------------------------------------------
 
 # Everything but letters, digits and dots separates tokens. That covers spaces, "-" and "_"
