@@ -88,6 +88,9 @@ class PoolAgent:
         self._clock = clock
         self._sent: dict[str, tuple[ControlRequest, ControlResponse]] = {}
         """Per node: the last request sent and the backend's answer."""
+        self._facts: dict[str, tuple[HardwareSummary, dict[str, Any]]] = {}
+        """Per node: the NodeHardware facts last built, and the summary they came from (a
+        steady pass reads the same summary for every node; it is not rebuilt each time)."""
 
     def mine(self, node: str) -> bool:
         return shard_of(node, self._shards) == self._shard
@@ -98,13 +101,15 @@ class PoolAgent:
 
     def forget_gone(self) -> None:
         existing = set(self._cache.nodes.keys())
-        for name in [n for n in self._sent if n not in existing]:
-            del self._sent[name]
+        for memo in (self._sent, self._facts):
+            for name in [n for n in memo if n not in existing]:
+                del memo[name]
 
     async def sync(self, node: str) -> None:
         """Bring one node in line; raises on failure (the caller retries it)."""
         if not self.mine(node) or self._cache.nodes.get(node) is None:
             self._sent.pop(node, None)
+            self._facts.pop(node, None)
             return
         report = await self._backend.telemetry(node)
         await self._publish(node, report.hardware)
@@ -122,7 +127,10 @@ class PoolAgent:
             {**ident, "spec": {"nodeName": node}},
             observed=record.main if record else None,
         )
-        facts = simulated_hardware(hardware, self._catalog)
+        cached = self._facts.get(node)
+        if cached is None or cached[0] != hardware:
+            cached = self._facts[node] = (hardware, simulated_hardware(hardware, self._catalog))
+        facts = cached[1]
         stored = dict(record.stored_status) if record else {}
         beat = stored.pop("updatedAt", None)
         now = self._clock()
