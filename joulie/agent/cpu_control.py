@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from dataclasses import replace as _with
 
 import structlog
 
 from joulie.agent.baseline import Baseline, BaselineError, BaselineValue
 from joulie.agent.cpu_discovery import BoostControl, GovernorCapabilities
+from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.agent.powercap_discovery import HsmpCap, RaplZone
 from joulie.agent.sysfs import ErrorKind, Sysfs, SysfsError
 from joulie.api.enums import Boost, ControlResult, CpuGovernorPreset
@@ -44,7 +44,6 @@ from joulie.core.control import (
     ControlFacts,
     Failure,
     WriteDecision,
-    combine_results,
     control_result,
     decide_write,
     same_value,
@@ -67,41 +66,6 @@ CPU_PREFIX = "/sys/devices/system/cpu/"
 RAPL_TOLERANCE_UW = 1_000_000
 """A RAPL limit reads back in the register's power unit (often 1/8 W), so a reading within 1 W
 of the value written counts as the same."""
-
-
-@dataclass(frozen=True)
-class SettingOutcome:
-    """What happened to one file."""
-
-    key: str
-    """The file, as a path on the node (also its baseline key)."""
-    result: ControlResult
-    target: str | None = None
-    observed: str | None = None
-    """The value before the attempt."""
-    read_back: str | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class ComponentOutcome:
-    """One component's result (the CPU cap, the CPU governor) and the settings behind it."""
-
-    result: ControlResult | None
-    """None: nothing asked and nothing to restore, so nothing to report."""
-    message: str = ""
-    settings: tuple[SettingOutcome, ...] = ()
-
-    @classmethod
-    def of(cls, settings: Sequence[SettingOutcome], message: str = "") -> ComponentOutcome:
-        result = combine_results(s.result for s in settings)
-        if not message:
-            message = "; ".join(
-                f"{s.key}: {s.result.value}{f' ({s.detail})' if s.detail else ''}"
-                for s in settings
-                if s.result is result
-            )
-        return cls(result, message, tuple(settings))
 
 
 class _NotBack(Exception):
