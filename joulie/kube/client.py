@@ -13,7 +13,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -214,11 +214,13 @@ class KubeClient:
         *,
         params: Mapping[str, Any],
         idle_timeout: float,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Events of one watch request, decoded, until the server ends the stream.
 
         ``idle_timeout`` bounds the silence between two lines, so a stream that died without
-        being closed (a vanished server, a cut connection) is noticed.
+        being closed (a vanished server, a cut connection) is noticed. ``on_open`` is called once
+        the server has accepted the watch (a quiet stream is still a sign of contact).
         """
         params = {**params, "watch": "true"}
         info = RequestInfo.of("GET", path, params, JSON)
@@ -237,6 +239,8 @@ class KubeClient:
                     info.verb, info.resource, code, time.perf_counter() - started
                 )
                 code = ""
+                if on_open is not None:
+                    on_open()
                 async for line in response.content:
                     if line.strip():
                         yield _decode_event(line)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -133,6 +134,9 @@ class Informer(Generic[T]):
         self._resource_version = ""
         self._log = log.bind(resource=self.resource)
         self._reported_malformed: set[str] = set()
+        self.last_contact: float | None = None
+        """``time.monotonic()`` when the server last showed this informer is current: a list
+        answered, a watch accepted, an event or bookmark received. None before the first."""
         self.last_error: BaseException | None = None
         """Why the last list or watch failed; cleared when a list succeeds (a one-shot caller
         reports it instead of waiting on a sync that will not come)."""
@@ -251,6 +255,7 @@ class Informer(Generic[T]):
             params = {**params, "continue": token}
         self._replace(fresh)
         self._resource_version = resource_version
+        self._touch()
         self.last_error = None
         self._backoff.reset()
         if not self._synced.is_set():
@@ -265,11 +270,19 @@ class Informer(Generic[T]):
             "timeoutSeconds": random.randint(*self._watch_timeout),
         }
         applied = 0
+        opened = quiet = False
+
+        def on_open() -> None:
+            nonlocal opened
+            opened = True
+            self._touch()
+
         try:
             async for event in self._client.watch(
-                self._path, params=params, idle_timeout=self._idle_timeout
+                self._path, params=params, idle_timeout=self._idle_timeout, on_open=on_open
             ):
                 self._apply(event)
+                self._touch()
                 applied += 1
         except MalformedEvent as exc:
             # The stream can no longer be trusted to be in sync; resume from the last good
@@ -281,17 +294,25 @@ class Informer(Generic[T]):
             if exc.gone:
                 raise _Relist from exc
             raise
-        except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+        except TimeoutError:
+            reason = "disconnected"
+            # Accepted, then silent for idle_timeout: a quiet collection, not a failing server;
+            # reconnecting at once is no tight loop.
+            quiet = opened
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
             reason = "disconnected"
         else:
             reason = "timeout"
         metrics.WATCH_RESTARTS.labels(self.resource, reason).inc()
-        if applied or reason == "timeout":
+        if applied or quiet or reason == "timeout":
             self._backoff.reset()
         else:
             # A stream that ends before delivering anything (a server that drops connections
             # at once, a line it cannot stop sending) must not become a tight reconnect loop.
             await asyncio.sleep(self._backoff.next_delay())
+
+    def _touch(self) -> None:
+        self.last_contact = time.monotonic()
 
     # --- store updates ---------------------------------------------------------------------
 

@@ -322,11 +322,18 @@ class FlakyClient:
         return answer
 
     async def watch(
-        self, path: str, *, params: Mapping[str, Any], idle_timeout: float
+        self,
+        path: str,
+        *,
+        params: Mapping[str, Any],
+        idle_timeout: float,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         if self.failing:
             raise aiohttp.ClientConnectionError("injected: API server unreachable")
-        async for event in self.inner.watch(path, params=params, idle_timeout=idle_timeout):
+        async for event in self.inner.watch(
+            path, params=params, idle_timeout=idle_timeout, on_open=on_open
+        ):
             yield event
 
 
