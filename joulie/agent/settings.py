@@ -63,6 +63,22 @@ class AgentSettings(EnvSettings):
     """How often NodeHardware is rewritten when nothing changed, so the manager sees the agent
     alive (it reports an agent stale after 15 minutes)."""
 
+    host_root: str = "/"
+    """daemonset mode: where the host's /sys and /proc are found (the DaemonSet mounts them;
+    tests point it at a fake tree)."""
+    state_dir: str = "/var/lib/joulie"
+    """daemonset mode: the directory on the node (a hostPath) that keeps the hardware baseline
+    across agent restarts within one boot."""
+    discovery_interval: Annotated[Duration, Field(ge=10, le=86400)] = 600.0
+    """daemonset mode: how often the hardware is discovered again (also after a control error,
+    such as a GPU that stopped answering)."""
+    spec_read_timeout: Annotated[Duration, Field(ge=5, le=3600)] = 300.0
+    """daemonset mode: when the node's NodeTwin cannot be read from the API server for this
+    long, the agent restores the node's own settings rather than enforce a spec that may have
+    been withdrawn meanwhile."""
+    simulate_only: bool = False
+    """Dry run: discover, compute and report what would be written, write nothing to hardware."""
+
     def check(self) -> list[Problem]:
         problems: list[Problem] = []
         if (
@@ -85,6 +101,32 @@ class AgentSettings(EnvSettings):
                     "the node's name, e.g. from fieldRef spec.nodeName",
                 )
             )
+        backends = [
+            "telemetry_cpu_source",
+            "telemetry_cpu_control",
+            "telemetry_gpu_source",
+            "telemetry_gpu_control",
+        ]
+        wrong = TelemetryBackend.HTTP if self.agent_mode is AgentMode.DAEMONSET else None
+        for backend in backends:
+            value = getattr(self, backend)
+            if self.agent_mode is AgentMode.POOL and value is TelemetryBackend.HOST:
+                problems.append(
+                    self.problem(
+                        backend,
+                        "AGENT_MODE=pool drives simulated nodes through the HTTP backend",
+                        "http, with the endpoint variables set",
+                    )
+                )
+            elif value is wrong:
+                problems.append(
+                    self.problem(
+                        backend,
+                        "AGENT_MODE=daemonset drives its own node's hardware; simulated "
+                        "(KWOK) nodes are served by AGENT_MODE=pool",
+                        "host",
+                    )
+                )
         for backend, endpoint in (
             ("telemetry_cpu_source", "telemetry_cpu_http_endpoint"),
             ("telemetry_cpu_control", "telemetry_cpu_control_http_endpoint"),

@@ -219,12 +219,25 @@ def test_an_empty_governor_control_warns_like_any_unknown_value() -> None:
 def test_agent_rules() -> None:
     (problem,) = AgentSettings.from_env({}).problems
     assert problem.variable == "NODE_NAME"
-    assert AgentSettings.from_env({"AGENT_MODE": "pool"}).problems == []
+    assert AgentSettings.from_env({"NODE_NAME": "n1"}).problems == []
+    # The pool serves simulated nodes: every backend must be the simulator's.
+    pool = AgentSettings.from_env({"AGENT_MODE": "pool"}).problems
+    assert {p.variable for p in pool} == {
+        "TELEMETRY_CPU_SOURCE",
+        "TELEMETRY_CPU_CONTROL",
+        "TELEMETRY_GPU_SOURCE",
+        "TELEMETRY_GPU_CONTROL",
+    }
+    assert all("AGENT_MODE=pool" in p.detail for p in pool)
     problems = AgentSettings.from_env(
         {
-            "NODE_NAME": "n1",
+            "AGENT_MODE": "pool",
             "TELEMETRY_CPU_SOURCE": "http",
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_GPU_SOURCE": "http",
             "TELEMETRY_GPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "http://sim/control/{node}",
+            "TELEMETRY_GPU_HTTP_ENDPOINT": "http://sim/telemetry/{node}",
             "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT": "ftp://sim/{node}",
         }
     ).problems
@@ -232,6 +245,16 @@ def test_agent_rules() -> None:
         "TELEMETRY_CPU_HTTP_ENDPOINT",
         "TELEMETRY_GPU_CONTROL_HTTP_ENDPOINT",
     }
+    # A DaemonSet agent drives its own hardware; the simulator is the pool's.
+    daemon = AgentSettings.from_env(
+        {
+            "NODE_NAME": "n1",
+            "TELEMETRY_CPU_CONTROL": "http",
+            "TELEMETRY_CPU_CONTROL_HTTP_ENDPOINT": "http://sim/control/{node}",
+        }
+    ).problems
+    assert [p.variable for p in daemon] == ["TELEMETRY_CPU_CONTROL"]
+    assert "AGENT_MODE=pool" in daemon[0].detail
 
 
 def test_process_and_extender_settings() -> None:
