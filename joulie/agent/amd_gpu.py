@@ -7,8 +7,9 @@ in the board's hwmon directory, in microwatts:
 
 * AMD (amdgpu): ``power1_cap`` (read-write), ``power1_cap_min`` / ``power1_cap_max`` /
   ``power1_cap_default``, and ``power1_average`` or ``power1_input`` for the draw; the clock
-  policy is ``device/power_dpm_force_performance_level``. A board without ``power1_cap`` or
-  without a usable maximum (virtual functions, some consumer boards) is monitor-only.
+  policy is ``device/power_dpm_force_performance_level`` (read-write) and the graphics clock
+  levels ``device/pp_dpm_sclk`` (``1: 800Mhz *``). A board without ``power1_cap`` or without a
+  usable maximum (virtual functions, some consumer boards) is monitor-only.
 * Intel (i915/xe): monitor-only. Integrated graphics (the fixed slot 0000:00:02.0) is part of
   the CPU package, so it is not counted as a GPU at all.
 
@@ -38,14 +39,18 @@ __all__ = [
     "DrmScan",
     "DrmVendor",
     "read_cap_uw",
+    "read_performance_level",
     "read_power_uw",
     "scan_drm_gpus",
     "write_cap_uw",
+    "write_performance_level",
 ]
 
 DRM = "/sys/class/drm"
 
 _CARD = re.compile(r"card\d+")
+_SCLK_LEVEL = re.compile(r"\s*\d+:\s*(\d+)\s*mhz", re.IGNORECASE)
+LEVEL_FILE = "power_dpm_force_performance_level"
 _INTEGRATED_SLOT = "0000:00:02.0"
 
 # PCI device ids of boards the catalog knows, for drivers that publish no product name.
@@ -86,6 +91,15 @@ class DrmGpu:
     """The file that reads the board's energy counter (µJ), when there is one."""
     performance_level: str | None
     """amdgpu's clock policy (auto, low, high, manual, profile_*), when readable."""
+    sclk_mhz: tuple[int, ...] = ()
+    """The graphics clock levels ``pp_dpm_sclk`` lists (empty when it cannot be read)."""
+
+    @property
+    def performance_level_file(self) -> str | None:
+        """The clock policy file (node path), when the board has a readable one."""
+        if self.performance_level is None:
+            return None
+        return f"{DRM}/{self.card}/device/{LEVEL_FILE}"
 
     @property
     def cap_writable(self) -> bool:
@@ -157,11 +171,8 @@ def _read_card(
                 break
         if sysfs.try_read_int(f"{hwmon}/energy1_input") is not None:
             energy_file = f"{hwmon}/energy1_input"
-    level = (
-        sysfs.try_read(f"{device}/power_dpm_force_performance_level")
-        if vendor is DrmVendor.AMD
-        else None
-    )
+    level = sysfs.try_read(f"{device}/{LEVEL_FILE}") if vendor is DrmVendor.AMD else None
+    sclk = _sclk_levels(sysfs.try_read(f"{device}/pp_dpm_sclk")) if vendor is DrmVendor.AMD else ()
     return DrmGpu(
         card=card,
         vendor=vendor,
@@ -176,7 +187,19 @@ def _read_card(
         power_file=power_file,
         energy_file=energy_file,
         performance_level=level or None,
+        sclk_mhz=sclk,
     )
+
+
+def _sclk_levels(text: str | None) -> tuple[int, ...]:
+    """The MHz of each numbered line of ``pp_dpm_sclk`` (a sleep line ``S: 19Mhz`` is not a
+    level the board runs work at)."""
+    levels = []
+    for line in (text or "").splitlines():
+        match = _SCLK_LEVEL.match(line)
+        if match:
+            levels.append(int(match.group(1)))
+    return tuple(sorted(set(levels)))
 
 
 def read_power_uw(sysfs: Sysfs, gpu: DrmGpu) -> int | None:
@@ -198,6 +221,22 @@ def write_cap_uw(sysfs: Sysfs, hwmon: str, microwatts: int) -> None:
         sysfs.write(f"{hwmon}/power1_cap", str(int(microwatts)))
     except SysfsError as exc:
         raise _gpu_error(exc, "set the power cap") from None
+
+
+def read_performance_level(sysfs: Sysfs, path: str) -> str:
+    """The board's clock policy; a :class:`GpuError` when it cannot be read."""
+    try:
+        return sysfs.read(path)
+    except SysfsError as exc:
+        raise _gpu_error(exc, "read the performance level") from None
+
+
+def write_performance_level(sysfs: Sysfs, path: str, level: str) -> None:
+    """Set the board's clock policy; a :class:`GpuError` naming why the kernel refused."""
+    try:
+        sysfs.write(path, level)
+    except SysfsError as exc:
+        raise _gpu_error(exc, "set the performance level") from None
 
 
 def _gpu_error(exc: SysfsError, what: str) -> GpuError:

@@ -4,7 +4,9 @@
 and returns a frozen :class:`GpuDiscovery`: per board its identity, power-limit range, current
 limit, whether its power can be measured and, when it cannot be capped, why. The node-level
 figures NodeHardware reports are derived from the boards. :func:`gpu_hardware_status` turns the
-result into the NodeHardware ``status.gpu`` block, recognising the model against the catalog.
+result into the NodeHardware ``status.gpu`` block, recognising the model against the catalog,
+with the clock governor block: the presets the boards can express
+(:mod:`joulie.agent.gpu_settings`) and the per-board baseline the agent holds.
 
 A node is described by one vendor: NVIDIA boards first, then AMD, then Intel. Boards of another
 vendor on the same node are named in a warning and left alone.
@@ -20,12 +22,20 @@ be capped, so a manager never counts on a cap that some boards would not honour.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeVar
 
 from joulie.agent.amd_gpu import DrmGpu, DrmVendor, scan_drm_gpus
+from joulie.agent.baseline import Baseline, BaselineValue
+from joulie.agent.gpu_settings import (
+    BoardClocks,
+    ClockBoard,
+    ClockMechanism,
+    board_id,
+    governor_status,
+)
 from joulie.agent.nvml import (
     GpuError,
     GpuLost,
@@ -94,6 +104,12 @@ class GpuDevice:
     current_cap_watts: float | None = None
     graphics_clock_min_mhz: int | None = None
     graphics_clock_max_mhz: int | None = None
+    graphics_clocks_mhz: tuple[int, ...] = ()
+    """Graphics clocks the board lists (NVML at its highest memory clock; amdgpu levels)."""
+    performance_level: str | None = None
+    """amdgpu's clock policy when discovered."""
+    performance_level_file: str | None = None
+    """amdgpu's clock policy file (node path), when the board has one."""
     telemetry: bool = False
     """Whether the board's power draw can be read."""
     monitor_only: MonitorOnly | None = None
@@ -102,6 +118,26 @@ class GpuDevice:
     @property
     def control(self) -> bool:
         return self.monitor_only is None
+
+    @property
+    def board_id(self) -> str:
+        """How baseline keys name this board (UUID, else index)."""
+        return board_id(self.uuid, self.index)
+
+    @property
+    def clocks(self) -> ClockBoard:
+        """How this board's clocks can be governed (no mechanism: not at all)."""
+        mechanism: ClockMechanism | None = None
+        if self.backend is GpuBackendKind.NVML and self.monitor_only is not MonitorOnly.LOST:
+            mechanism = ClockMechanism.NVML
+        elif self.vendor == "amd" and self.performance_level_file is not None:
+            mechanism = ClockMechanism.SYSFS
+        return ClockBoard(
+            mechanism,
+            self.graphics_clock_min_mhz,
+            self.graphics_clock_max_mhz,
+            self.graphics_clocks_mhz,
+        )
 
 
 @dataclass(frozen=True)
@@ -127,6 +163,10 @@ class GpuDiscovery:
     @property
     def present(self) -> bool:
         return bool(self.devices)
+
+    def board(self, board: str) -> GpuDevice | None:
+        """The board a baseline key names, if it is on the node now."""
+        return next((d for d in self.devices if d.board_id == board), None)
 
 
 _T = TypeVar("_T")
@@ -161,17 +201,38 @@ def discover_gpus(
     return _summarise(vendor, tuple(devices), warnings)
 
 
-def gpu_hardware_status(discovery: GpuDiscovery, catalog: Catalog) -> GpuHardware:
-    """NodeHardware ``status.gpu`` for a discovery (the catalog key when the model is known)."""
-    warnings = list(discovery.warnings) or None
+def gpu_hardware_status(
+    discovery: GpuDiscovery,
+    catalog: Catalog,
+    baseline: Baseline | Mapping[str, BaselineValue] | None = None,
+) -> GpuHardware:
+    """NodeHardware ``status.gpu`` for a discovery (the catalog key when the model is known).
+
+    ``baseline`` is the agent's record (or its entries); its GPU entries are reported per board
+    in ``governor.baseline``.
+    """
     if not discovery.present:
         return GpuHardware(
             present=False,
             count=0,
             control_available=False,
             telemetry_available=False,
-            warnings=warnings,
+            warnings=list(discovery.warnings) or None,
         )
+    governor, baseline_warnings = governor_status(
+        [
+            BoardClocks(
+                index=d.index,
+                uuid=d.uuid,
+                clocks=d.clocks,
+                writable=d.monitor_only not in _CLOCKS_BLOCKED,
+                current=d.performance_level,
+            )
+            for d in discovery.devices
+        ],
+        baseline.entries() if isinstance(baseline, Baseline) else baseline or {},
+    )
+    warnings = [*discovery.warnings, *baseline_warnings] or None
     cap_range = None
     if discovery.min_watts is not None or discovery.max_watts is not None:
         cap_range = GpuCapRange(
@@ -187,10 +248,15 @@ def gpu_hardware_status(discovery: GpuDiscovery, catalog: Catalog) -> GpuHardwar
         count=discovery.count,
         cap_range_per_gpu=cap_range,
         current_cap_watts=discovery.current_cap_watts,
+        governor=governor,
         control_available=discovery.control_available,
         telemetry_available=discovery.telemetry_available,
         warnings=warnings,
     )
+
+
+_CLOCKS_BLOCKED = (MonitorOnly.NO_PERMISSION, MonitorOnly.LOST, MonitorOnly.UNAVAILABLE)
+"""Board states in which the agent cannot set clocks either (a cap refusal means no privilege)."""
 
 
 # --- NVIDIA ------------------------------------------------------------------------------------
@@ -246,7 +312,7 @@ def _nvml_device(nvml: NvmlAdapter, index: int, refused: bool, warnings: list[st
     default_mw = read(lambda: nvml.default_power_limit_mw(index))
     current_mw = read(lambda: nvml.power_limit_mw(index))
     usage = read(lambda: nvml.power_usage_mw(index))
-    clock_min, clock_max = _graphics_clock_range(nvml, index)
+    clock_min, clock_max, clocks = _graphics_clock_range(nvml, index)
     if _any(problems, GpuLost):
         return lost
 
@@ -277,20 +343,25 @@ def _nvml_device(nvml: NvmlAdapter, index: int, refused: bool, warnings: list[st
         current_cap_watts=_watts(current_mw, _MW_PER_W),
         graphics_clock_min_mhz=clock_min,
         graphics_clock_max_mhz=clock_max,
+        graphics_clocks_mhz=clocks,
         telemetry=usage is not None,
         monitor_only=monitor_only,
     )
 
 
-def _graphics_clock_range(nvml: NvmlAdapter, index: int) -> tuple[int | None, int | None]:
-    """Lowest and highest supported graphics clock (at the highest memory clock)."""
+def _graphics_clock_range(
+    nvml: NvmlAdapter, index: int
+) -> tuple[int | None, int | None, tuple[int, ...]]:
+    """Lowest and highest supported graphics clock, and the clocks listed (at the highest
+    memory clock)."""
     try:
         high = nvml.max_clocks_mhz(index).graphics_mhz
         memory = nvml.supported_memory_clocks_mhz(index)
         graphics = nvml.supported_graphics_clocks_mhz(index, max(memory)) if memory else []
     except GpuError:
-        return None, None
-    return (min(graphics) if graphics else None), (high or None)
+        return None, None, ()
+    listed = tuple(sorted(set(graphics)))
+    return (listed[0] if listed else None), (high or None), listed
 
 
 def _lost_device(index: int) -> GpuDevice:
@@ -344,6 +415,11 @@ def _drm_device(index: int, gpu: DrmGpu) -> GpuDevice:
         max_watts=_watts(gpu.cap_max_uw, _UW_PER_W) if capped else None,
         default_watts=_watts(gpu.cap_default_uw, _UW_PER_W) if capped else None,
         current_cap_watts=_watts(gpu.cap_uw, _UW_PER_W) if capped and gpu.cap_uw else None,
+        graphics_clock_min_mhz=gpu.sclk_mhz[0] if gpu.sclk_mhz else None,
+        graphics_clock_max_mhz=gpu.sclk_mhz[-1] if gpu.sclk_mhz else None,
+        graphics_clocks_mhz=gpu.sclk_mhz,
+        performance_level=gpu.performance_level,
+        performance_level_file=gpu.performance_level_file,
         telemetry=gpu.power_file is not None or gpu.energy_file is not None,
         monitor_only=monitor_only,
     )

@@ -7,6 +7,7 @@ present (``joulie.hardware.catalog.overall_quality``), with the reasons listed.
 
 from __future__ import annotations
 
+from joulie.agent.baseline import Baseline
 from joulie.agent.cpu_discovery import CpuDiscovery
 from joulie.agent.cpu_hardware_status import cpu_hardware_status
 from joulie.agent.gpu_discovery import GpuDiscovery, gpu_hardware_status
@@ -18,11 +19,12 @@ __all__ = ["node_hardware_status"]
 
 
 def node_hardware_status(
-    cpu: CpuDiscovery, gpu: GpuDiscovery, catalog: Catalog
+    cpu: CpuDiscovery, gpu: GpuDiscovery, catalog: Catalog, baseline: Baseline | None = None
 ) -> NodeHardwareStatus:
-    """NodeHardware.status without ``updatedAt`` (the publisher stamps its heartbeat)."""
+    """NodeHardware.status without ``updatedAt`` (the publisher stamps its heartbeat);
+    ``baseline``: the agent's record, whose GPU entries the GPU governor block lists."""
     cpu_status = cpu_hardware_status(cpu, catalog)
-    gpu_block = gpu_hardware_status(gpu, catalog)
+    gpu_block = gpu_hardware_status(gpu, catalog, baseline)
     qualities = [cpu_status.quality]
     reasons = list(cpu_status.quality_warnings)
     if gpu.present:

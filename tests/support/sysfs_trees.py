@@ -371,3 +371,78 @@ def energy_near_wrap(root: Path) -> FakeSysfs:
 
 def wrap_counter(fake: FakeSysfs) -> None:
     fake.put(f"{POWERCAP_DEVICES}/intel-rapl/intel-rapl:0/energy_uj", WRAP_CURRENT_UJ)
+
+
+# --- GPUs through DRM and hwmon ----------------------------------------------------------------
+
+MI300X_SCLK_MHZ = (500, 1300, 2100)
+"""Graphics clock levels an MI300X lists in pp_dpm_sclk (its 2100 MHz peak engine clock)."""
+
+
+def pci_device(fake: FakeSysfs, slot: str, vendor: str, device: str, pci_class: str) -> str:
+    """A PCI function under ``/sys/devices`` linked from ``/sys/bus/pci/devices``; its path."""
+    base = f"/sys/devices/pci0000:00/{slot}"
+    fake.put(f"{base}/vendor", vendor)
+    fake.put(f"{base}/device", device)
+    fake.put(f"{base}/class", pci_class)
+    fake.put(f"{base}/uevent", f"DRIVER=x\nPCI_SLOT_NAME={slot}")
+    _link(fake, f"/sys/bus/pci/devices/{slot}", base)
+    return base
+
+
+def drm_card(fake: FakeSysfs, card: str, device_dir: str) -> None:
+    """``/sys/class/drm/<card>`` whose ``device`` links to ``device_dir``."""
+    fake.path(f"/sys/class/drm/{card}").mkdir(parents=True, exist_ok=True)
+    _link(fake, f"/sys/class/drm/{card}/device", device_dir)
+
+
+def amd_board(
+    fake: FakeSysfs,
+    card: str,
+    slot: str,
+    *,
+    device_id: str = "0x74a1",
+    cap_uw: int | None = 750_000_000,
+    cap_min_uw: int = 350_000_000,
+    cap_max_uw: int = 750_000_000,
+    power_file: str = "power1_input",
+    level: str | None = "auto",
+    sclk_mhz: tuple[int, ...] = MI300X_SCLK_MHZ,
+) -> str:
+    """An amdgpu board (by default an MI300X: cap 350-750 W) with its hwmon directory, clock
+    policy ``level`` (None: no such file) and graphics clock levels; its hwmon path as the
+    agent reaches it (through ``/sys/class/drm``)."""
+    base = pci_device(fake, slot, "0x1002", device_id, "0x038000")
+    hwmon = f"{base}/hwmon/hwmon{card[-1]}"
+    fake.put(f"{hwmon}/name", "amdgpu")
+    fake.put(f"{hwmon}/{power_file}", 182_000_000)
+    if cap_uw is not None:
+        fake.put(f"{hwmon}/power1_cap", cap_uw)
+        fake.put(f"{hwmon}/power1_cap_min", cap_min_uw)
+        fake.put(f"{hwmon}/power1_cap_max", cap_max_uw)
+        fake.put(f"{hwmon}/power1_cap_default", cap_max_uw)
+    if level is not None:
+        fake.put(f"{base}/power_dpm_force_performance_level", level)
+    if sclk_mhz:
+        current = len(sclk_mhz) // 2
+        fake.put(
+            f"{base}/pp_dpm_sclk",
+            "\n".join(
+                f"{i}: {mhz}Mhz{' *' if i == current else ''}" for i, mhz in enumerate(sclk_mhz)
+            ),
+        )
+    drm_card(fake, card, base)
+    return f"/sys/class/drm/{card}/device/hwmon/hwmon{card[-1]}"
+
+
+def mi300x_node(fake: FakeSysfs) -> list[str]:
+    """Two MI300X boards, a display connector and a render node, and the BMC's VGA; the
+    boards' hwmon paths."""
+    hwmons = [
+        amd_board(fake, "card1", "0000:c1:00.0"),
+        amd_board(fake, "card2", "0000:c2:00.0"),
+    ]
+    drm_card(fake, "card0", pci_device(fake, "0000:03:00.0", "0x1a03", "0x2000", "0x030000"))
+    fake.path("/sys/class/drm/card1-DP-1").mkdir(parents=True)
+    fake.path("/sys/class/drm/renderD128").mkdir(parents=True)
+    return hwmons

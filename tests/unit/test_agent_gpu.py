@@ -5,7 +5,6 @@ the board's range, read back) and says about it, board by board."""
 from __future__ import annotations
 
 import errno
-import os
 import sys
 import types
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from tests.support.fake_nvml import (
     unavailable_nvml,
 )
 from tests.support.fake_sysfs import FakeSysfs
+from tests.support.sysfs_trees import amd_board, drm_card, mi300x_node, pci_device
 
 CATALOG = Catalog.load()
 
@@ -50,65 +50,6 @@ CATALOG = Catalog.load()
 def tree(tmp_path: Path) -> FakeSysfs:
     """An empty node: no DRM cards, no PCI devices."""
     return FakeSysfs(tmp_path)
-
-
-# --- fake trees --------------------------------------------------------------------------------
-
-
-def pci_device(tree: FakeSysfs, slot: str, vendor: str, device: str, pci_class: str) -> str:
-    base = f"/sys/devices/pci0000:00/{slot}"
-    tree.put(f"{base}/vendor", vendor)
-    tree.put(f"{base}/device", device)
-    tree.put(f"{base}/class", pci_class)
-    tree.put(f"{base}/uevent", f"DRIVER=x\nPCI_SLOT_NAME={slot}")
-    link = tree.path(f"/sys/bus/pci/devices/{slot}")
-    link.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(tree.path(base), link)
-    return base
-
-
-def drm_card(tree: FakeSysfs, card: str, device_dir: str) -> None:
-    link = tree.path(f"/sys/class/drm/{card}")
-    link.mkdir(parents=True, exist_ok=True)
-    os.symlink(tree.path(device_dir), link / "device")
-
-
-def amd_board(
-    tree: FakeSysfs,
-    card: str,
-    slot: str,
-    *,
-    device_id: str = "0x74a1",
-    cap_uw: int | None = 750_000_000,
-    cap_min_uw: int = 350_000_000,
-    cap_max_uw: int = 750_000_000,
-    power_file: str = "power1_input",
-) -> str:
-    """An amdgpu board (by default an MI300X) with its hwmon directory; the hwmon path."""
-    base = pci_device(tree, slot, "0x1002", device_id, "0x038000")
-    hwmon = f"{base}/hwmon/hwmon{card[-1]}"
-    tree.put(f"{hwmon}/name", "amdgpu")
-    tree.put(f"{hwmon}/{power_file}", 182_000_000)
-    if cap_uw is not None:
-        tree.put(f"{hwmon}/power1_cap", cap_uw)
-        tree.put(f"{hwmon}/power1_cap_min", cap_min_uw)
-        tree.put(f"{hwmon}/power1_cap_max", cap_max_uw)
-        tree.put(f"{hwmon}/power1_cap_default", cap_max_uw)
-    tree.put(f"{base}/power_dpm_force_performance_level", "auto")
-    drm_card(tree, card, base)
-    return f"/sys/class/drm/{card}/device/hwmon/hwmon{card[-1]}"
-
-
-def mi300x_node(tree: FakeSysfs) -> list[str]:
-    """Two MI300X boards, a display connector and a render node, and the BMC's VGA."""
-    hwmons = [
-        amd_board(tree, "card1", "0000:c1:00.0"),
-        amd_board(tree, "card2", "0000:c2:00.0"),
-    ]
-    drm_card(tree, "card0", pci_device(tree, "0000:03:00.0", "0x1a03", "0x2000", "0x030000"))
-    (tree.path("/sys/class/drm/card1-DP-1")).mkdir(parents=True)
-    (tree.path("/sys/class/drm/renderD128")).mkdir(parents=True)
-    return hwmons
 
 
 def discovered(nvml: NvmlAdapter | None, tree: Sysfs, **kwargs: Any) -> GpuDiscovery:
