@@ -1,288 +1,292 @@
-"""Setting each GPU's power limit, and saying per board what came of it.
+"""The GPUs' power limits and clocks as the agent controls them, with the baseline kept.
 
-For every board of a :class:`~joulie.agent.gpu_discovery.GpuDiscovery` the intent (watts, else
-percent of the board's maximum) is resolved with the one cap resolution of
-:func:`joulie.core.caps.effective_cap` against the board's discovered range, clamped into that
-range in the driver's own unit (NVML milliwatts, amdgpu microwatts in whole watts), compared with
-the value in force (nothing is written when they already agree), written, and read back.
+:class:`GpuControl` takes the per-GPU cap and the governor preset of a NodeTwin spec and reports
+each as one :class:`~joulie.agent.outcomes.ComponentOutcome` (combined from one setting per
+board), and restores both. Caps go through the one-board operation of
+:mod:`joulie.agent.gpu_cap`; presets through :class:`~joulie.agent.gpu_governor.GpuGovernor`.
 
-Each board gets a :class:`GpuCapResult` whose :class:`GpuCapOutcome` keeps apart what an
-operator acts on differently: applied, applied but not verifiable, drift (the read-back differs
-from what was written), unsupported (monitor-only board), refused (no permission), not applied
-(no usable target) and error (lost board, refused value, I/O). A failure on one board never stops
-the others. How these become NodeTwin ``controlStatus`` values is decided elsewhere.
-
-Putting a baseline back is the same operation with the baseline's watts as target, per board
-(:func:`apply_gpu_caps` with a mapping), so it is clamped and verified like any other write.
-Nothing here shells out.
+Before the first write to a board's limit, the limit in force is recorded in the
+:class:`~joulie.agent.baseline.Baseline` under ``gpu/<UUID, else index>/power-limit-mw``
+(NVML) or ``gpu/<PCI slot>/power1_cap-uw`` (amdgpu); a limit that cannot be read is not
+written, since it could not be put back, and nothing is written when the record cannot be
+stored. A limit another writer changed after the agent set it is ``contended`` and left alone
+until ``reassert``. Restoring writes the recorded value through the same clamp and read-back,
+only onto the board of that UUID, and drops the entry once the limit is back. A dry run
+computes and reports, and writes and records nothing.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
-from joulie.agent.amd_gpu import read_cap_uw, write_cap_uw
-from joulie.agent.gpu_discovery import GpuBackendKind, GpuDevice, GpuDiscovery, MonitorOnly
-from joulie.agent.nvml import (
-    GpuError,
-    GpuLost,
-    GpuNoPermission,
-    GpuNotSupported,
-    NvmlAdapter,
+import structlog
+
+from joulie.agent.baseline import Baseline, BaselineError, BaselineValue
+from joulie.agent.gpu_cap import (
+    DEFAULT_TOLERANCE_WATTS,
+    BeforeWrite,
+    CapIntent,
+    GpuCapOutcome,
+    GpuCapResult,
+    apply_gpu_cap,
+    apply_gpu_caps,
+    native_unit,
 )
+from joulie.agent.gpu_discovery import GpuBackendKind, GpuDevice, GpuDiscovery
+from joulie.agent.gpu_governor import GpuGovernor
+from joulie.agent.gpu_settings import (
+    CAP_SETTINGS,
+    POWER1_CAP_UW,
+    POWER_LIMIT_MW,
+    gpu_key,
+    split_gpu_key,
+)
+from joulie.agent.nvml import NvmlAdapter
+from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.agent.sysfs import Sysfs
+from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.core.caps import effective_cap
+from joulie.core.control import WriteDecision, decide_write
 
 __all__ = [
+    # The one-board operation, re-exported: callers and tests name it from here.
     "DEFAULT_TOLERANCE_WATTS",
+    "BeforeWrite",
     "CapIntent",
     "GpuCapOutcome",
     "GpuCapResult",
+    "GpuControl",
     "apply_gpu_cap",
     "apply_gpu_caps",
 ]
 
-DEFAULT_TOLERANCE_WATTS = 1.0
-"""How far a read-back may be from what was written before it counts as drift: the drivers
-store whole watts (amdgpu) or milliwatts (NVML), so anything beyond a watt is another writer."""
+log = structlog.get_logger("joulie.agent.gpu_control")
 
 
-class GpuCapOutcome(StrEnum):
-    APPLIED = "applied"
-    """The limit in force is the target (written now, or already so), confirmed by a read."""
-    APPLIED_UNVERIFIED = "applied-unverified"
-    """The write was accepted but the limit cannot be read back."""
-    DRIFT = "drift"
-    """The write was accepted but the limit read back differs from it."""
-    UNSUPPORTED = "unsupported"
-    """The board has no settable power limit (monitor-only)."""
-    REFUSED = "refused"
-    """The agent may not set the limit (no permission)."""
-    NOT_APPLIED = "not-applied"
-    """Nothing to write: the intent holds no usable cap, or only a percentage of a maximum
-    that is unknown."""
-    ERROR = "error"
-    """The board is lost, refused the value, or failed otherwise."""
-
-
-@dataclass(frozen=True)
-class CapIntent:
-    """A per-GPU cap as NodeTwin.spec states it (``capWattsPerGpu``, ``capPctOfMax``)."""
-
-    watts: float | None = None
-    pct_of_max: float | None = None
-
-
-@dataclass(frozen=True)
-class GpuCapResult:
-    index: int
-    uuid: str | None
-    outcome: GpuCapOutcome
-    target_watts: float | None = None
-    """The resolved, clamped value that was aimed at."""
-    clamped: bool = False
-    """The intent asked for a value outside the board's range."""
-    written: bool = False
-    """A write was issued (False when the limit already matched, or nothing was tried)."""
-    read_back_watts: float | None = None
-    before_watts: float | None = None
-    """The limit in force before, when it could be read."""
-    detail: str = ""
-
-
-def apply_gpu_caps(
-    discovery: GpuDiscovery,
-    intent: CapIntent | Mapping[int, CapIntent],
-    *,
-    nvml: NvmlAdapter | None,
-    sysfs: Sysfs,
-    tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
-) -> tuple[GpuCapResult, ...]:
-    """Apply ``intent`` to every board (one intent for all), or to the boards a mapping names
-    by index (each its own, as when restoring per-board baselines)."""
-    results = []
-    for device in discovery.devices:
-        if isinstance(intent, CapIntent):
-            wanted = intent
-        elif device.index in intent:
-            wanted = intent[device.index]
-        else:
-            continue
-        results.append(
-            apply_gpu_cap(device, wanted, nvml=nvml, sysfs=sysfs, tolerance_watts=tolerance_watts)
-        )
-    return tuple(results)
-
-
-def apply_gpu_cap(
-    device: GpuDevice,
-    intent: CapIntent,
-    *,
-    nvml: NvmlAdapter | None,
-    sysfs: Sysfs,
-    tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
-) -> GpuCapResult:
-    """Resolve, clamp, write and verify one board's cap."""
-    base = GpuCapResult(index=device.index, uuid=device.uuid, outcome=GpuCapOutcome.ERROR)
-    why = device.monitor_only
-    if why is None and device.max_watts is None:
-        why = MonitorOnly.NO_RANGE
-    if why is not None:
-        # Discovery found the board uncappable: it is not touched, so a write the board or the
-        # kernel has refused is not retried at every reconcile.
-        return replace(base, outcome=_BLOCKED[why], detail=f"monitor-only: {why.value}")
-    low, high = device.min_watts, device.max_watts
-    cap = effective_cap(intent.watts, intent.pct_of_max, high, low)
-    if cap is None or cap.watts is None:
-        return replace(base, outcome=GpuCapOutcome.NOT_APPLIED, detail="no usable cap")
-    try:
-        backend = _backend(device, nvml, sysfs)
-    except GpuError as exc:
-        return replace(base, outcome=_outcome_of(exc), detail=str(exc))
-    target = backend.clamp(cap.watts)
-    target_watts = backend.to_watts(target)
-    asked = _asked_watts(intent, high)
-    base = replace(
-        base,
-        target_watts=target_watts,
-        clamped=asked is not None and abs(asked - target_watts) > 1e-9,
-    )
-
-    before: int | None = None
-    try:
-        before = backend.read()
-    except GpuLost as exc:
-        return replace(base, detail=str(exc))
-    except GpuError:
-        pass  # a limit that cannot be read can still be set; the read-back will tell
-    if before is not None:
-        base = replace(base, before_watts=backend.to_watts(before))
-    if before == target:  # already in force: no write
-        return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=target_watts)
-    try:
-        backend.write(target)
-    except GpuError as exc:
-        return replace(base, outcome=_outcome_of(exc), detail=str(exc))
-    base = replace(base, written=True)
-    try:
-        after = backend.to_watts(backend.read())
-    except GpuLost as exc:
-        return replace(base, detail=str(exc))
-    except GpuError as exc:
-        return replace(
-            base, outcome=GpuCapOutcome.APPLIED_UNVERIFIED, detail=f"read-back failed: {exc}"
-        )
-    if abs(after - target_watts) > tolerance_watts:
-        return replace(
-            base,
-            outcome=GpuCapOutcome.DRIFT,
-            read_back_watts=after,
-            detail=f"wrote {target_watts:g} W, read back {after:g} W",
-        )
-    return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=after)
-
-
-# --- per-vendor native values ------------------------------------------------------------------
-
-
-class _Backend:
-    """One board's limit in the driver's own integer unit."""
-
-    per_watt: int
-    step: int
-    """Smallest distinct value the driver keeps, in native units."""
-
-    def __init__(self, low_watts: float | None, high_watts: float) -> None:
-        # The range in native units, shrunk to values the driver keeps as written.
-        # (Rounded first: 0.2 W * 1000 is 200.00000000000003 in floating point.)
-        self.low = math.ceil(round((low_watts or 0.0) * self.per_watt / self.step, 6)) * self.step
-        self.high = math.floor(round(high_watts * self.per_watt / self.step, 6)) * self.step
-
-    def clamp(self, watts: float) -> int:
-        native = round(watts * self.per_watt / self.step) * self.step
-        return max(self.low, min(native, self.high))
-
-    def to_watts(self, native: int) -> float:
-        return native / self.per_watt
-
-    def read(self) -> int:
-        raise NotImplementedError
-
-    def write(self, native: int) -> None:
-        raise NotImplementedError
-
-
-class _Nvml(_Backend):
-    per_watt = 1000
-    step = 1
-
-    def __init__(self, nvml: NvmlAdapter, index: int, low: float | None, high: float) -> None:
-        super().__init__(low, high)
-        self.nvml, self.index = nvml, index
-
-    def read(self) -> int:
-        return self.nvml.power_limit_mw(self.index)
-
-    def write(self, native: int) -> None:
-        # NVML's v1 setter (see nvml.PynvmlAdapter): it reports a refusal, the v2 wrapper not.
-        self.nvml.set_power_limit_mw(self.index, native)
-
-
-class _Hwmon(_Backend):
-    per_watt = 1_000_000
-    step = 1_000_000  # amdgpu keeps whole watts
-
-    def __init__(self, sysfs: Sysfs, hwmon: str, low: float | None, high: float) -> None:
-        super().__init__(low, high)
-        self.sysfs, self.hwmon = sysfs, hwmon
-
-    def read(self) -> int:
-        return read_cap_uw(self.sysfs, self.hwmon)
-
-    def write(self, native: int) -> None:
-        write_cap_uw(self.sysfs, self.hwmon, native)
-
-
-def _backend(device: GpuDevice, nvml: NvmlAdapter | None, sysfs: Sysfs) -> _Backend:
-    assert device.max_watts is not None  # only ranged boards get this far
-    if device.backend is GpuBackendKind.NVML:
-        if nvml is None:
-            raise GpuNotSupported(f"GPU {device.index}: no NVML adapter")
-        return _Nvml(nvml, device.index, device.min_watts, device.max_watts)
-    if device.backend is GpuBackendKind.HWMON and device.hwmon is not None:
-        return _Hwmon(sysfs, device.hwmon, device.min_watts, device.max_watts)
-    raise GpuNotSupported(f"GPU {device.index}: no interface to set its power limit")
-
-
-# --- outcomes ----------------------------------------------------------------------------------
-
-
-_BLOCKED = {
-    MonitorOnly.NOT_SUPPORTED: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.NO_RANGE: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.UNAVAILABLE: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.NO_PERMISSION: GpuCapOutcome.REFUSED,
-    MonitorOnly.LOST: GpuCapOutcome.ERROR,
+_RESULTS = {
+    GpuCapOutcome.APPLIED: ControlResult.APPLIED,
+    GpuCapOutcome.APPLIED_UNVERIFIED: ControlResult.APPLIED_UNVERIFIED,
+    GpuCapOutcome.DRIFT: ControlResult.DRIFT,
+    GpuCapOutcome.UNSUPPORTED: ControlResult.UNSUPPORTED,
+    GpuCapOutcome.REFUSED: ControlResult.REFUSED,
+    GpuCapOutcome.CONTENDED: ControlResult.CONTENDED,
+    GpuCapOutcome.NOT_APPLIED: ControlResult.NOT_APPLIED,
+    GpuCapOutcome.ERROR: ControlResult.ERROR,
 }
+_IN_FORCE = (GpuCapOutcome.APPLIED, GpuCapOutcome.APPLIED_UNVERIFIED)
 
 
-def _outcome_of(exc: GpuError) -> GpuCapOutcome:
-    if isinstance(exc, GpuNotSupported):
-        return GpuCapOutcome.UNSUPPORTED
-    if isinstance(exc, GpuNoPermission):
-        return GpuCapOutcome.REFUSED
-    # GpuLost, GpuInvalidArgument (a clamped value refused), GpuUnavailable, anything else.
-    return GpuCapOutcome.ERROR
+class _NotBack(Exception):
+    """A restored limit is not at its baseline."""
 
 
-def _asked_watts(intent: CapIntent, max_watts: float | None) -> float | None:
-    """What the intent asked for before any clamping (the same precedence as effective_cap)."""
-    if intent.watts is not None and math.isfinite(intent.watts) and intent.watts > 0:
-        return float(intent.watts)
-    pct = intent.pct_of_max
-    if pct is not None and math.isfinite(pct) and pct > 0 and max_watts is not None:
-        return max_watts * pct / 100.0
-    return None
+class GpuControl:
+    """The power limits and clocks of one node's GPUs, changed with ``baseline`` kept."""
+
+    def __init__(
+        self,
+        nvml: NvmlAdapter | None,
+        sysfs: Sysfs,
+        baseline: Baseline,
+        *,
+        dry_run: bool = False,
+    ) -> None:
+        self.nvml = nvml
+        self.sysfs = sysfs
+        self.baseline = baseline
+        self.dry_run = dry_run
+        """Compute and report, write nothing and record nothing (SIMULATE_ONLY)."""
+        self.governor = GpuGovernor(nvml, sysfs, baseline, dry_run=dry_run)
+        self._last_cap: dict[str, int] = {}
+        self._refused: set[int] = set()
+
+    def refused(self) -> frozenset[int]:
+        """Indices of the boards whose last cap write was refused for lack of permission; pass
+        them to ``discover_gpus(refused=...)`` so that they are not written again."""
+        return frozenset(self._refused)
+
+    # -- caps ---------------------------------------------------------------------------------
+
+    def apply_cap(
+        self,
+        discovery: GpuDiscovery,
+        watts: float | None,
+        pct_of_max: float | None,
+        *,
+        reassert: bool = False,
+    ) -> ComponentOutcome:
+        """Cap every board at the spec's per-GPU intent; no intent restores the baseline.
+
+        ``reassert``: write again a limit another writer changed since the agent's write
+        (otherwise ``contended`` and left alone).
+        """
+        if effective_cap(watts, pct_of_max, None) is None:
+            restored = self.restore_cap(discovery)
+            return restored if restored.result is not None else ComponentOutcome(None, "no cap")
+        if not discovery.present:
+            return ComponentOutcome(ControlResult.UNSUPPORTED, "no GPUs on this node")
+        intent = CapIntent(watts, pct_of_max)
+        return ComponentOutcome.of([self._cap(d, intent, reassert) for d in discovery.devices])
+
+    def _cap(self, device: GpuDevice, intent: CapIntent, reassert: bool) -> SettingOutcome:
+        setting, per_watt = _unit(device)
+        key = gpu_key(device.board_id, setting)
+        recorded: list[bool] = []
+
+        def before_write(before: int | None, target: int) -> tuple[GpuCapOutcome, str] | None:
+            if before is None:
+                why = "the limit in force cannot be read, so it could not be put back"
+                return GpuCapOutcome.NOT_APPLIED, f"not written: {why}"
+            last = self._last_cap.get(key)
+            if decide_write(target, before, last, reassert=reassert) is WriteDecision.CONTENDED:
+                return GpuCapOutcome.CONTENDED, f"changed by another writer to {before}"
+            if self.dry_run:
+                return GpuCapOutcome.NOT_APPLIED, "dry run"
+            try:
+                recorded.append(self.baseline.record(key, before))
+            except BaselineError as exc:
+                return GpuCapOutcome.ERROR, f"not written: {exc}"
+            return None
+
+        result = apply_gpu_cap(
+            device, intent, nvml=self.nvml, sysfs=self.sysfs, before_write=before_write
+        )
+        if result.written:
+            self._last_cap[key] = _native(result.target_watts, per_watt) or 0
+            self._refused.discard(device.index)
+        elif recorded:  # the write was tried and refused: the board holds the recorded value
+            if recorded[0]:
+                self.baseline.forget([key])
+            if result.outcome is GpuCapOutcome.REFUSED:
+                self._refused.add(device.index)
+            log.warning("gpu.cap_write_failed", key=key, error=result.detail)
+        outcome = _RESULTS[result.outcome]
+        if result.outcome is GpuCapOutcome.APPLIED and not result.written:
+            outcome = ControlResult.EQUIVALENT
+        return _setting_outcome(key, outcome, result, per_watt)
+
+    def restore_cap(self, discovery: GpuDiscovery) -> ComponentOutcome:
+        """Put every board's limit the agent changed back to its baseline."""
+        keys = [k for k in self.baseline.entries() if _is_cap_key(k)]
+        outcomes: dict[str, SettingOutcome] = {}
+
+        def write(key: str, value: BaselineValue) -> None:
+            outcome = self._restore_cap(discovery, key, value)
+            outcomes[key] = outcome
+            if outcome.result is not ControlResult.RESTORED:
+                raise _NotBack(outcome.detail or outcome.result.value)
+
+        self.baseline.restore(keys, write)
+        return ComponentOutcome.of([outcomes[k] for k in keys if k in outcomes])
+
+    def _restore_cap(
+        self, discovery: GpuDiscovery, key: str, value: BaselineValue
+    ) -> SettingOutcome:
+        board, setting = split_gpu_key(key) or ("", "")
+        device = discovery.board(board)
+        if device is None or _unit(device)[0] != setting:
+            # Never onto another board: the entry waits for its own.
+            why = f"GPU {board} is not on this node" if device is None else f"it has no {setting}"
+            detail = f"{why}; its baseline is kept"
+            return SettingOutcome(key, ControlResult.ERROR, str(value), detail=detail)
+        per_watt = _unit(device)[1]
+        try:
+            native = int(value)
+        except ValueError:
+            return SettingOutcome(key, ControlResult.ERROR, str(value), detail="not a number")
+
+        def before_write(before: int | None, target: int) -> tuple[GpuCapOutcome, str] | None:
+            return (GpuCapOutcome.NOT_APPLIED, "dry run") if self.dry_run else None
+
+        result = apply_gpu_cap(
+            device,
+            CapIntent(watts=native / per_watt),
+            nvml=self.nvml,
+            sysfs=self.sysfs,
+            before_write=before_write,
+        )
+        outcome = _RESULTS[result.outcome]
+        if result.outcome in _IN_FORCE:
+            if _native(result.target_watts, per_watt) == native:
+                outcome = ControlResult.RESTORED
+                self._last_cap.pop(key, None)
+            else:  # the range no longer holds the recorded value: clamped, not back
+                outcome = ControlResult.DRIFT
+                result = replace(result, detail=f"{native} is outside the board's range now")
+        return _setting_outcome(key, outcome, result, per_watt, target=str(native))
+
+    # -- governor presets ---------------------------------------------------------------------
+
+    def apply_preset(
+        self,
+        discovery: GpuDiscovery,
+        preset: GpuGovernorPreset | None,
+        ceiling_pct: float | None,
+        *,
+        enabled: bool,
+        reassert: bool = False,
+    ) -> ComponentOutcome:
+        """Bring every board's clocks to ``preset`` (``ceiling_pct``: the ``efficient``
+        ceiling, default 80 % of the maximum graphics clock).
+
+        ``enabled`` is GOVERNOR_WRITES: when off, anything the agent changed earlier is restored
+        and the result is ``disabled``. No preset restores the baseline.
+        """
+        if not enabled:
+            restored = self.restore_preset(discovery)
+            if restored.result is not None:
+                return restored
+            return ComponentOutcome(ControlResult.DISABLED, "governor writes are off")
+        if preset is None:
+            restored = self.restore_preset(discovery)
+            return restored if restored.result is not None else ComponentOutcome(None, "no preset")
+        if not discovery.present:
+            return ComponentOutcome(ControlResult.UNSUPPORTED, "no GPUs on this node")
+        return ComponentOutcome.of(
+            self.governor.apply(discovery, preset, ceiling_pct, reassert=reassert)
+        )
+
+    def restore_preset(self, discovery: GpuDiscovery) -> ComponentOutcome:
+        """Put every board's clock setting the agent changed back to its baseline."""
+        return ComponentOutcome.of(self.governor.restore(discovery))
+
+    def restore_all(self, discovery: GpuDiscovery) -> tuple[ComponentOutcome, ComponentOutcome]:
+        """Restore the limits, then the clocks."""
+        return self.restore_cap(discovery), self.restore_preset(discovery)
+
+
+def _unit(device: GpuDevice) -> tuple[str, int]:
+    """The baseline setting name of a board's limit and its unit per watt."""
+    setting = POWER1_CAP_UW if device.backend is GpuBackendKind.HWMON else POWER_LIMIT_MW
+    return setting, native_unit(device)
+
+
+def _native(watts: float | None, per_watt: int) -> int | None:
+    return None if watts is None else round(watts * per_watt)
+
+
+def _is_cap_key(key: str) -> bool:
+    split = split_gpu_key(key)
+    return split is not None and split[1] in CAP_SETTINGS
+
+
+def _setting_outcome(
+    key: str,
+    result: ControlResult,
+    cap: GpuCapResult,
+    per_watt: int,
+    *,
+    target: str | None = None,
+) -> SettingOutcome:
+    def text(watts: float | None) -> str | None:
+        native = _native(watts, per_watt)
+        return None if native is None else str(native)
+
+    return SettingOutcome(
+        key,
+        result,
+        target if target is not None else text(cap.target_watts),
+        text(cap.before_watts),
+        text(cap.read_back_watts) if cap.written else None,
+        cap.detail,
+    )

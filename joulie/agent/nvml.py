@@ -28,6 +28,7 @@ __all__ = [
     "GpuNoPermission",
     "GpuNotSupported",
     "GpuUnavailable",
+    "LockedClocksReader",
     "NvmlAdapter",
     "PynvmlAdapter",
     "error_for_nvml_code",
@@ -159,6 +160,16 @@ class NvmlAdapter(Protocol):
     def set_locked_gpu_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None: ...
 
     def reset_locked_gpu_clocks(self, index: int) -> None: ...
+
+
+@runtime_checkable
+class LockedClocksReader(Protocol):
+    """An adapter that can also read the locked graphics clocks back. NVML offers no such
+    query on most drivers (:class:`PynvmlAdapter` does not implement it), so control code
+    treats a lock as written but unverifiable unless the adapter has this method."""
+
+    def locked_gpu_clocks(self, index: int) -> tuple[int, int] | None:
+        """(min, max) MHz of the lock in force; None when the clocks are not locked."""
 
 
 _T = TypeVar("_T")

@@ -71,6 +71,9 @@ class FakeNvml:
     """False: as on a node without the driver (every call: GpuUnavailable)."""
     can_set: bool = True
     """False: as for an agent that is not root (every set: GpuNoPermission)."""
+    locks_readable: bool = False
+    """True: the locked clocks can be read back (:class:`LockedClocksReader`); False: as with
+    NVML on most drivers, reading them answers NOT_SUPPORTED."""
     fail: dict[tuple[str, int], GpuError] = field(default_factory=dict)
     """(method, index) -> the error that call raises, for one-off refusals."""
     calls: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
@@ -145,6 +148,12 @@ class FakeNvml:
     def supported_memory_clocks_mhz(self, index: int) -> list[int]:
         return list(self._gpu("supported_memory_clocks_mhz", index).memory_clocks)
 
+    def locked_gpu_clocks(self, index: int) -> tuple[int, int] | None:
+        gpu = self._gpu("locked_gpu_clocks", index)
+        if not self.locks_readable:
+            raise GpuNotSupported(f"GPU {index}: read the locked clocks: Not Supported", code=3)
+        return gpu.locked_clocks
+
     def supported_graphics_clocks_mhz(self, index: int, memory_mhz: int) -> list[int]:
         gpu = self._gpu("supported_graphics_clocks_mhz", index)
         if memory_mhz not in gpu.memory_clocks:
@@ -169,8 +178,12 @@ class FakeNvml:
         self.calls.append(("set_locked_gpu_clocks", index, (min_mhz, max_mhz)))
         gpu = self._gpu("set_locked_gpu_clocks", index)
         self._check_permission(index)
-        if min_mhz > max_mhz:
-            raise GpuInvalidArgument(f"GPU {index}: clock range {min_mhz}-{max_mhz}", code=2)
+        lowest, highest = min(gpu.graphics_clocks), gpu.max_clocks.graphics_mhz
+        if min_mhz > max_mhz or min_mhz < lowest or max_mhz > highest:
+            raise GpuInvalidArgument(
+                f"GPU {index}: clock range {min_mhz}-{max_mhz} outside [{lowest}, {highest}]",
+                code=2,
+            )
         gpu.locked_clocks = (min_mhz, max_mhz)
 
     def reset_locked_gpu_clocks(self, index: int) -> None:
