@@ -1,4 +1,6 @@
 """The agent's view of the cluster: the nodes it serves, their NodeTwins and their NodeHardware.
+A DaemonSet agent watches only its own node's two objects (:class:`OwnNodeCache`, field-selected
+by name: never a list of the fleet); the pool watches the nodes it serves (:class:`AgentCache`).
 
 Each collection is a slim projection of what the agent reads: a twin's spec (parsed once, a bad
 one reported and treated as absent) and whether the manager still maintains it, plus what this
@@ -126,6 +128,59 @@ class AgentCache:
         _report(old, new)
         if not new.same_intent(old):
             self._on_change(new.name)
+
+
+class OwnNodeCache:
+    """The NodeTwin and NodeHardware named after one node. ``on_change()`` is called when the
+    twin's intent changes (its spec, its validity, whether it is still planned)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        field_manager: str,
+        node: str,
+        on_change: Callable[[], None],
+        *,
+        idle_timeout: float = 90.0,
+    ) -> None:
+        self.node = node
+        self._on_change = on_change
+        own = f"metadata.name={node}"
+        self.twins: Informer[TwinIntent] = Informer(
+            client,
+            NODETWINS,
+            twin_projection(field_manager),
+            field_selector=own,
+            idle_timeout=idle_timeout,
+        )
+        self.hardware: Informer[OwnedObject] = Informer(
+            client, NODEHARDWARES, owned_projection(field_manager), field_selector=own
+        )
+        self.informers: list[Informer[Any]] = [self.twins, self.hardware]
+        self.twins.add_handlers(
+            Handlers(
+                on_add=self._twin_added,
+                on_update=self._twin_updated,
+                on_delete=lambda _: on_change(),
+            )
+        )
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    @property
+    def twin(self) -> TwinIntent | None:
+        return self.twins.get(self.node)
+
+    def _twin_added(self, twin: TwinIntent) -> None:
+        _report(None, twin)
+        self._on_change()
+
+    def _twin_updated(self, old: TwinIntent, new: TwinIntent) -> None:
+        _report(old, new)
+        if not new.same_intent(old):
+            self._on_change()
 
 
 def _report(old: TwinIntent | None, new: TwinIntent) -> None:

@@ -226,7 +226,7 @@ def governor_status(
 
     A preset is listed only when every board can express it (the manager writes only listed
     presets, so one unlisted board keeps it off the node); its native text names each distinct
-    mapping. ``baseline`` holds every GPU entry ``entries`` has, per board."""
+    mapping. ``baseline`` holds the clock entries ``entries`` has, per board."""
     mechanisms = {b.clocks.mechanism for b in boards}
     mechanism = next(iter(mechanisms)) if len(mechanisms) == 1 else None
     presets: list[PresetSupport] = []
@@ -274,6 +274,10 @@ def _baseline_per_board(
                 "but no such board is on the node: it cannot be restored"
             )
             continue
-        found.append(GpuBaseline(index=known.index, uuid=known.uuid, settings=recorded))
+        # The block shows clock settings only, as the CPU's shows cpufreq only: a cap baseline
+        # here would read as a clock mechanism that discovery did not find.
+        clocks = {k: v for k, v in recorded.items() if k not in CAP_SETTINGS}
+        if clocks:
+            found.append(GpuBaseline(index=known.index, uuid=known.uuid, settings=clocks))
     found.sort(key=lambda b: b.index)
     return found, tuple(warnings)

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from joulie.api.enums import ControlResult
 from joulie.core.control import combine_results
 
-__all__ = ["ComponentOutcome", "SettingOutcome"]
+__all__ = ["MESSAGE_SETTINGS", "ComponentOutcome", "SettingOutcome"]
+
+MESSAGE_SETTINGS = 3
+"""Settings named in a component's message; the others are counted."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,14 @@ class ComponentOutcome:
     def of(cls, settings: Sequence[SettingOutcome], message: str = "") -> ComponentOutcome:
         result = combine_results(s.result for s in settings)
         if not message:
-            message = "; ".join(
+            named = [
                 f"{s.key}: {s.result.value}{f' ({s.detail})' if s.detail else ''}"
                 for s in settings
                 if s.result is result
-            )
+            ]
+            # A node has a cpufreq policy per core on some drivers: name a few, count the rest,
+            # so controlStatus stays readable (the log has every one).
+            message = "; ".join(named[:MESSAGE_SETTINGS])
+            if len(named) > MESSAGE_SETTINGS:
+                message += f"; and {len(named) - MESSAGE_SETTINGS} more"
         return cls(result, message, tuple(settings))

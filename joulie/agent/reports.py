@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from joulie.agent.outcomes import ComponentOutcome
 from joulie.api.enums import ControlResult, CpuGovernorPreset, GpuGovernorPreset
 from joulie.api.nodehardware import (
     Capabilities,
@@ -28,6 +29,8 @@ from joulie.api.nodehardware import (
 )
 from joulie.api.telemetry import ControlResponse, HardwareSummary, Outcome
 from joulie.hardware.catalog import Catalog, overall_quality
+
+OWN_SETTING = "the node's own setting is in force"
 
 SIMULATED = "simulated"
 """What a preset means on a node the simulator stands in for."""
@@ -107,6 +110,29 @@ def control_status(
         outcome: Outcome | None = getattr(response, field)
         if outcome is not None:
             status[key] = feedback(outcome.result, outcome.message, backend, stored.get(key), now)
+    return status
+
+
+def host_control_status(
+    outcomes: Mapping[str, ComponentOutcome],
+    stored: Mapping[str, Any],
+    backend: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """``controlStatus`` after a pass on the node's own hardware: one entry per component with a
+    result. A component with none (nothing asked, nothing of the agent's left to restore) that
+    has an entry says ``restored``: the node's own setting is what is in force."""
+    status: dict[str, Any] = {k: dict(v) for k, v in stored.items() if isinstance(v, Mapping)}
+    for key, outcome in outcomes.items():
+        if outcome.result is not None:
+            result, message = outcome.result, outcome.message
+        elif key in status:
+            result, message = ControlResult.RESTORED, OWN_SETTING
+            if status[key].get("result") == result.value:
+                message = str(status[key].get("message", message))
+        else:
+            continue
+        status[key] = feedback(result, message, backend, stored.get(key), now)
     return status
 
 

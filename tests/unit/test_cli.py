@@ -63,14 +63,6 @@ def test_valid_configuration_of_a_role_not_built_yet_fails_honestly() -> None:
     assert event["roles"] == ["extender"]
 
 
-def test_the_agent_on_real_hardware_is_not_built_yet_and_says_so() -> None:
-    result = joulie("--role=agent", LOG_FORMAT="json", NODE_NAME="n1")
-    assert result.returncode == 1
-    event = json.loads(result.stdout.splitlines()[-1])
-    assert event["event"] == "role not available in this version"
-    assert "AGENT_MODE=daemonset" in event["detail"]
-
-
 def test_config_lists_every_variable_with_its_source() -> None:
     result = joulie("config", "--role", "manager", STATIC_HP_FRAC="0.25")
     assert result.returncode == 0, result.stderr
@@ -91,7 +83,7 @@ def test_config_json_and_warnings() -> None:
         "--output",
         "json",
         GOVERNOR_CONTROL="sometimes",
-        AGENT_MODE="pool",
+        NODE_NAME="n1",
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)

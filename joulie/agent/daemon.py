@@ -1,0 +1,215 @@
+"""DaemonSet mode: one agent per node, putting that node's NodeTwin spec in force on its own
+hardware.
+
+A pass runs when the twin's intent changes and once every CONTROL_INTERVAL (which also notices
+another writer's change, and drift): discovery when due, the spec (or, for a node out of the
+plan, the baseline) put in force, NodeHardware published and controlStatus reported, each write
+only when something changed. The hardware calls run in a worker thread, one pass at a time.
+
+The spec is trusted only while it can be read: when the API server has not confirmed the twin
+watch for SPEC_READ_TIMEOUT (a cut network, an API server down, revoked credentials), the node's
+own settings are restored, since the manager may have withdrawn the spec meanwhile; the spec is
+put back in force when contact returns. On SIGTERM everything is restored before the process
+ends, and controlStatus says so where the API server can still be reached.
+
+A pass that fails (an unexpected exception from a backend, a refused write) is logged once per
+distinct failure and tried again at the next pass; the loop never stops on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import structlog
+
+from joulie.agent import metrics
+from joulie.agent.cache import NODETWINS, OwnNodeCache
+from joulie.agent.host_node import HostNode, Outcomes
+from joulie.agent.publisher import publish_hardware
+from joulie.agent.reports import host_control_status
+from joulie.api import keys
+from joulie.api.enums import ControlResult
+from joulie.kube.writes import Writer
+
+log = structlog.get_logger("joulie.agent")
+
+BACKEND = "host"
+REASSERT_S = 900.0
+"""How long a setting another writer changed is left alone (``contended``) before the agent
+writes its value again."""
+STOP_REPORT_S = 3.0
+"""At SIGTERM, how long the agent tries to report ``restored`` after restoring (the restore
+itself is not bounded by this)."""
+
+
+class DaemonAgent:
+    def __init__(
+        self,
+        node: str,
+        cache: OwnNodeCache,
+        host: HostNode,
+        writer: Writer,
+        *,
+        control_interval_s: float,
+        spec_read_timeout_s: float,
+        heartbeat_s: float,
+        started: float | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.cache = cache
+        self.host = host
+        self.writer = writer
+        self.control_interval_s = control_interval_s
+        self.spec_read_timeout_s = spec_read_timeout_s
+        self.heartbeat = timedelta(seconds=heartbeat_s)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._started = monotonic() if started is None else started
+        """When the agent started: the spec's age counts from here until the first contact."""
+        self._last_reassert = monotonic()
+        self._lock = asyncio.Lock()
+        """One pass (and the final restore) at a time: hardware writes never interleave."""
+        self.wake = asyncio.Event()
+        self.passes = 0
+        self.stale = False
+        """The spec cannot be read and the node's own settings were restored."""
+        self._failure: str | None = None
+
+    # -- the spec's freshness -----------------------------------------------------------------
+
+    def spec_age(self) -> float:
+        """Seconds since the API server last confirmed the twin watch (since start, before)."""
+        contact = self.cache.twins.last_contact
+        return self._monotonic() - (contact if contact is not None else self._started)
+
+    def next_wake(self) -> float:
+        """Seconds until the next pass is due: the control interval, or the moment the spec
+        turns stale, whichever comes first."""
+        if self.stale:
+            return self.control_interval_s
+        return max(0.1, min(self.control_interval_s, self.spec_read_timeout_s - self.spec_age()))
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    async def run_pass(self) -> None:
+        async with self._lock:
+            if self.spec_age() > self.spec_read_timeout_s:
+                await self._on_stale()
+                return
+            if self.stale:
+                log.info("NodeTwin readable again: putting its spec back in force", node=self.node)
+                self.stale = False
+            if not self.cache.synced:
+                return
+            twin = self.cache.twin
+            spec = twin.spec if twin is not None and twin.managed else None
+            now = self._monotonic()
+            reassert = now - self._last_reassert >= REASSERT_S
+            if reassert:
+                self._last_reassert = now
+            outcomes = await asyncio.to_thread(self.host.enforce, spec, reassert=reassert)
+            if spec is None and _restored(outcomes):
+                metrics.RESTORES.labels("unplanned").inc()
+            metrics.observe_outcomes(outcomes)
+            facts = await asyncio.to_thread(self.host.hardware_status)
+            await publish_hardware(
+                self.writer,
+                self.node,
+                self.cache.hardware.get(self.node),
+                facts,
+                now=self._clock(),
+                heartbeat=self.heartbeat,
+            )
+            await self._report(outcomes)
+            self.passes += 1
+
+    async def _on_stale(self) -> None:
+        if self.stale:
+            return
+        self.stale = True
+        log.warning(
+            "NodeTwin unreadable for longer than SPEC_READ_TIMEOUT: restoring the node's own "
+            "settings until it can be read again",
+            node=self.node,
+            unreadable_s=round(self.spec_age(), 1),
+            error=str(self.cache.twins.last_error or "") or None,
+        )
+        outcomes = await asyncio.to_thread(self.host.restore_all)
+        metrics.RESTORES.labels("stale-spec").inc()
+        metrics.observe_outcomes(outcomes)
+
+    async def _report(self, outcomes: Outcomes) -> None:
+        twin = self.cache.twin
+        if twin is None:
+            return  # nowhere to report: the twin is gone
+        status = host_control_status(outcomes, twin.stored_control, BACKEND, self._clock())
+        await self.writer.apply(
+            f"{NODETWINS}/{self.node}/status",
+            {
+                "apiVersion": keys.API_VERSION,
+                "kind": keys.NODE_TWIN_KIND,
+                "metadata": {"name": self.node},
+                "status": {"controlStatus": status},
+            },
+            observed=twin.control,
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Passes until ``stopping``; then everything restored."""
+        try:
+            while not stopping.is_set():
+                self.wake.clear()
+                await self._guarded_pass()
+                wake = asyncio.create_task(self.wake.wait())
+                stop = asyncio.create_task(stopping.wait())
+                await asyncio.wait(
+                    {wake, stop}, timeout=self.next_wake(), return_when="FIRST_COMPLETED"
+                )
+                wake.cancel()
+                stop.cancel()
+        finally:
+            await self.shutdown()
+
+    async def _guarded_pass(self) -> None:
+        try:
+            await self.run_pass()
+        except Exception as exc:
+            metrics.PASSES.labels("failed").inc()
+            message = f"{type(exc).__name__}: {exc}"
+            if message != self._failure:
+                log.warning("pass failed; trying again", node=self.node, error=message)
+            self._failure = message
+        else:
+            metrics.PASSES.labels("ok").inc()
+            if self._failure is not None:
+                log.info("pass succeeded again", node=self.node)
+            self._failure = None
+
+    async def shutdown(self) -> None:
+        """Restore the node's own settings (always, even when the pass before failed), then
+        report it if the API server answers within STOP_REPORT_S."""
+        async with self._lock:
+            outcomes = await asyncio.to_thread(self.host.restore_all)
+        metrics.RESTORES.labels("stop").inc()
+        left = len(self.host.baseline)
+        log.info(
+            "restored the node's own settings",
+            node=self.node,
+            results={k: o.result.value for k, o in outcomes.items() if o.result is not None},
+            not_restored=left or None,
+        )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._report(outcomes), STOP_REPORT_S)
+        await asyncio.to_thread(self.host.close)
+
+
+def _restored(outcomes: Outcomes) -> bool:
+    return any(o.result is ControlResult.RESTORED for o in outcomes.values())

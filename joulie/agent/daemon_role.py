@@ -1,0 +1,141 @@
+"""The node-agent role in DaemonSet mode: the shell that ties :class:`DaemonAgent` to the process.
+
+It loads the baseline kept on the node (``STATE_DIR``; a restart within the same boot reuses it),
+opens NVML when the node has it, and runs the passes once connected. The hardware is restored
+whatever happens first: SIGTERM before the API server was ever reached, a connection that
+cannot be made for SPEC_READ_TIMEOUT (the previous agent's values may still be in force), or
+the end of the passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from joulie.agent.baseline import Baseline
+from joulie.agent.cache import OwnNodeCache
+from joulie.agent.daemon import DaemonAgent
+from joulie.agent.host_node import HostNode
+from joulie.agent.nvml import GpuUnavailable, NvmlAdapter, PynvmlAdapter
+from joulie.agent.settings import AgentSettings
+from joulie.agent.sysfs import Sysfs
+from joulie.hardware.catalog import Catalog
+from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
+from joulie.kube.writes import Writer
+
+log = structlog.get_logger("joulie.agent")
+
+FIELD_MANAGER = "joulie-agent"
+WATCH_IDLE_MAX_S = 90.0
+
+
+def open_nvml() -> NvmlAdapter | None:
+    """An initialised NVML adapter, or None on a node without NVIDIA's driver or library."""
+    adapter = PynvmlAdapter()
+    try:
+        adapter.init()
+    except GpuUnavailable as exc:
+        log.info("NVML not available: NVIDIA GPUs, if any, are not managed", reason=str(exc))
+        return None
+    return adapter
+
+
+class DaemonRole:
+    name = "agent"
+
+    def __init__(self, settings: AgentSettings, client: KubeClient | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._connector = ClusterConnector()
+        self.agent: DaemonAgent | None = None
+        self.host: HostNode | None = None
+
+    def is_ready(self) -> bool:
+        return self.agent is not None and self.agent.cache.synced and self.agent.passes > 0
+
+    def status(self) -> str:
+        if self.agent is None:
+            return self._connector.status() if self._client is None else "starting"
+        if self.agent.stale:
+            return "NodeTwin unreadable: node's own settings restored"
+        return f"node {self.settings.node_name}: {self.agent.passes} passes"
+
+    def _host(self) -> HostNode:
+        settings = self.settings
+        sysfs = Sysfs(settings.host_root)
+        baseline = Baseline.load(settings.state_dir, sysfs)
+        if baseline.note:
+            log.warning("baseline", node=settings.node_name, note=baseline.note)
+        return HostNode(
+            sysfs,
+            baseline,
+            Catalog.load(),
+            nvml=open_nvml(),
+            dry_run=settings.simulate_only,
+            governor_writes=settings.governor_writes,
+            discovery_interval_s=settings.discovery_interval,
+        )
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        settings = self.settings
+        started = time.monotonic()
+        host = self.host = await asyncio.to_thread(self._host)
+        if settings.simulate_only:
+            log.info("SIMULATE_ONLY: nothing will be written to the hardware")
+        client: KubeClient | None = None
+        try:
+            client = self._client or await self._connect(stopping, host)
+            if client is None:
+                return
+            idle = min(WATCH_IDLE_MAX_S, settings.spec_read_timeout / 3)
+            agent_ref: list[DaemonAgent] = []
+            cache = OwnNodeCache(
+                client,
+                FIELD_MANAGER,
+                settings.node_name,
+                lambda: agent_ref[0].wake.set() if agent_ref else None,
+                idle_timeout=idle,
+            )
+            agent = self.agent = DaemonAgent(
+                settings.node_name,
+                cache,
+                host,
+                Writer(client, FIELD_MANAGER),
+                control_interval_s=settings.control_interval,
+                spec_read_timeout_s=settings.spec_read_timeout,
+                heartbeat_s=settings.heartbeat_interval,
+                started=started,
+            )
+            agent_ref.append(agent)
+            tasks: list[asyncio.Task[Any]] = [
+                asyncio.create_task(i.run(stopping)) for i in cache.informers
+            ]
+            try:
+                await agent.run(stopping)  # restores before it returns
+            finally:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            if self.agent is None:
+                await asyncio.to_thread(host.restore_all)
+                await asyncio.to_thread(host.close)
+            if client is not None and self._client is None:
+                await client.close()
+
+    async def _connect(self, stopping: asyncio.Event, host: HostNode) -> KubeClient | None:
+        """Connect; if that takes longer than SPEC_READ_TIMEOUT, restore the node's own settings
+        meanwhile (a previous agent's values may be in force for a spec no one can read)."""
+        connecting = asyncio.create_task(self._connector.connect(stopping))
+        done, _ = await asyncio.wait({connecting}, timeout=self.settings.spec_read_timeout)
+        if not done:
+            log.warning(
+                "API server unreachable for longer than SPEC_READ_TIMEOUT: restoring the node's "
+                "own settings until it answers",
+                node=self.settings.node_name,
+                problem=self._connector.problem,
+            )
+            await asyncio.to_thread(host.restore_all)
+        return await connecting

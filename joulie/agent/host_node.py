@@ -1,0 +1,266 @@
+"""The hardware of the node a DaemonSet agent runs on: what it is, the NodeTwin spec put in force
+on it, and everything put back.
+
+One :class:`HostNode` owns the node's :class:`~joulie.agent.baseline.Baseline` and the two
+controllers that write through it (CPU through sysfs, GPUs through NVML or amdgpu's files), so
+every write on the node is recorded first and restored by the same code, whichever exit path
+asks: a spec without the field, a node that left the plan, a spec that cannot be read, SIGTERM.
+
+Its calls block (sysfs reads and writes, NVML calls that can hang on a failing board); the role
+runs them in a worker thread, one at a time, so no two passes interleave writes.
+
+Per component it reports one :class:`~joulie.agent.outcomes.ComponentOutcome`, keyed as in
+NodeTwin ``controlStatus``. An intent already in force reads back ``equivalent`` on every later
+pass; while the intent has not changed since the pass that wrote it, the outcome that pass
+reported (``applied``) stands, so controlStatus does not flip, and cost a write, for nothing.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from joulie.agent.baseline import Baseline
+from joulie.agent.cpu_control import CPU_PREFIX, CpuControl
+from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_locks
+from joulie.agent.gpu_control import GpuControl
+from joulie.agent.gpu_discovery import GpuDiscovery, discover_gpus
+from joulie.agent.hardware_status import node_hardware_status
+from joulie.agent.nvml import NvmlAdapter
+from joulie.agent.outcomes import ComponentOutcome
+from joulie.agent.sysfs import Sysfs
+from joulie.api.enums import ControlResult
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.hardware.catalog import Catalog
+
+__all__ = ["CPU_CAP", "CPU_GOVERNOR", "GPU_CAP", "GPU_GOVERNOR", "HostNode", "Outcomes"]
+
+log = structlog.get_logger("joulie.agent.host")
+
+CPU_CAP, CPU_GOVERNOR, GPU_CAP, GPU_GOVERNOR = "cpu", "cpuGovernor", "gpu", "gpuGovernor"
+"""The controlStatus keys, one per component."""
+
+Outcomes = dict[str, ComponentOutcome]
+
+_IN_FORCE = (ControlResult.APPLIED, ControlResult.APPLIED_UNVERIFIED)
+
+
+class HostNode:
+    """Discovery, enforcement and restore on the node under ``sysfs``'s root."""
+
+    def __init__(
+        self,
+        sysfs: Sysfs,
+        baseline: Baseline,
+        catalog: Catalog,
+        *,
+        nvml: NvmlAdapter | None,
+        dry_run: bool,
+        governor_writes: bool,
+        discovery_interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.sysfs = sysfs
+        self.baseline = baseline
+        self.catalog = catalog
+        self.nvml = nvml
+        self.dry_run = dry_run
+        self.governor_writes = governor_writes
+        self.discovery_interval_s = discovery_interval_s
+        self._clock = clock
+        self.cpu_control = CpuControl(sysfs, baseline, dry_run=dry_run)
+        self.gpu_control = GpuControl(nvml, sysfs, baseline, dry_run=dry_run)
+        self.cpu: CpuDiscovery | None = None
+        self.gpu: GpuDiscovery | None = None
+        self._discovered_at: float | None = None
+        self._rediscover = False
+        self._last: dict[str, tuple[Any, ComponentOutcome]] = {}
+        """Per component: the intent of the last pass and what it reported."""
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Read the node's hardware again (read-only, except the BIOS-lock probe of RAPL limits,
+        which writes each limit's own value back; skipped in a dry run)."""
+        cpu = discover_cpu(self.sysfs)
+        if not self.dry_run:
+            cpu = probe_cpu_locks(self.sysfs, cpu)
+        gpu = discover_gpus(self.nvml, self.sysfs, refused=self.gpu_control.refused())
+        if self.cpu is not None and (cpu.warnings, gpu.warnings) != (
+            self.cpu.warnings,
+            self.gpu.warnings if self.gpu else (),
+        ):
+            log.info("hardware.changed", cpu_warnings=cpu.warnings, gpu_warnings=gpu.warnings)
+        self.cpu, self.gpu = cpu, gpu
+        self._discovered_at = self._clock()
+        self._rediscover = False
+
+    def discover_if_due(self) -> None:
+        due = self._discovered_at is None or (
+            self._clock() - self._discovered_at >= self.discovery_interval_s
+        )
+        if due or self._rediscover:
+            self.discover()
+
+    def _discovered(self) -> tuple[CpuDiscovery, GpuDiscovery]:
+        self.discover_if_due()
+        assert self.cpu is not None
+        assert self.gpu is not None
+        return self.cpu, self.gpu
+
+    # -- enforcement --------------------------------------------------------------------------
+
+    def enforce(self, spec: NodeTwinSpec | None, *, reassert: bool = False) -> Outcomes:
+        """Put ``spec`` in force; None (the node is not planned) restores everything.
+
+        ``reassert``: write again settings another writer changed since the agent's write
+        (otherwise reported ``contended`` and left alone).
+        """
+        if spec is None:
+            return self.restore_all()
+        cpu, gpu = self._discovered()
+        cpu_spec, gpu_spec = spec.cpu, spec.gpu
+        watts = cpu_spec.package_power_cap_watts if cpu_spec else None
+        pct = cpu_spec.package_power_cap_pct_of_max if cpu_spec else None
+        cpu_gov = cpu_spec.governor if cpu_spec else None
+        cap = gpu_spec.power_cap if gpu_spec else None
+        gpu_gov = gpu_spec.governor if gpu_spec else None
+        preset = cpu_gov.preset if cpu_gov else None
+        boost = cpu_gov.boost if cpu_gov else None
+        gpu_preset = gpu_gov.preset if gpu_gov else None
+        ceiling = gpu_gov.compute_clock_ceiling_pct_of_max if gpu_gov else None
+        gpu_watts = cap.cap_watts_per_gpu if cap else None
+        gpu_pct = cap.cap_pct_of_max if cap else None
+        policies = [p.path for p in cpu.policies]
+        outcomes: Outcomes = {
+            CPU_CAP: self._steady(
+                CPU_CAP,
+                (watts, pct),
+                self.cpu_control.apply_package_cap(
+                    cpu.powercap.zones, watts, pct, hsmp=cpu.powercap.hsmp, reassert=reassert
+                ),
+            ),
+            CPU_GOVERNOR: self._steady(
+                CPU_GOVERNOR,
+                (preset, boost, self.governor_writes),
+                self.cpu_control.apply_preset(
+                    cpu.governor,
+                    policies,
+                    preset,
+                    boost,
+                    enabled=self.governor_writes,
+                    reassert=reassert,
+                ),
+            ),
+            GPU_CAP: self._steady(
+                GPU_CAP,
+                (gpu_watts, gpu_pct),
+                self.gpu_control.apply_cap(gpu, gpu_watts, gpu_pct, reassert=reassert),
+            ),
+            GPU_GOVERNOR: self._steady(
+                GPU_GOVERNOR,
+                (gpu_preset, ceiling, self.governor_writes),
+                self.gpu_control.apply_preset(
+                    gpu, gpu_preset, ceiling, enabled=self.governor_writes, reassert=reassert
+                ),
+            ),
+        }
+        self._after(outcomes)
+        return outcomes
+
+    def restore_all(self) -> Outcomes:
+        """Put every setting the agent changed back to its baseline: CPU caps, cpufreq, then the
+        GPUs' limits and clocks. A failure on one setting never stops the others; what could
+        not be restored stays in the baseline, to be tried again."""
+        cpu_cap, cpu_gov = self.cpu_control.restore_all()
+        gpu = self.gpu if self.gpu is not None else self._discovered()[1]
+        gpu_cap, gpu_gov = self.gpu_control.restore_all(gpu)
+        outcomes = {
+            CPU_CAP: cpu_cap,
+            CPU_GOVERNOR: cpu_gov,
+            GPU_CAP: gpu_cap,
+            GPU_GOVERNOR: gpu_gov,
+        }
+        for key, outcome in outcomes.items():
+            self._last[key] = (None, outcome)
+        self._after(outcomes)
+        return outcomes
+
+    def _steady(self, key: str, intent: Any, outcome: ComponentOutcome) -> ComponentOutcome:
+        last = self._last.get(key)
+        if (
+            outcome.result is ControlResult.EQUIVALENT
+            and last is not None
+            and last[0] == intent
+            and last[1].result in _IN_FORCE
+        ):
+            outcome = replace(outcome, result=last[1].result, message=last[1].message)
+        self._last[key] = (intent, outcome)
+        return outcome
+
+    def _after(self, outcomes: Mapping[str, ComponentOutcome]) -> None:
+        if any(o.result is ControlResult.ERROR for o in outcomes.values()):
+            # A board that stopped answering, a zone that vanished: look again before the next
+            # pass rather than at the next slow interval.
+            self._rediscover = True
+
+    # -- what NodeHardware says ---------------------------------------------------------------
+
+    def hardware_status(self) -> dict[str, Any]:
+        """NodeHardware.status in wire form, without ``updatedAt``: the discovery, the result of
+        the last attempt at the preset in force, and the baselines the agent would restore."""
+        cpu, gpu = self._discovered()
+        status = node_hardware_status(cpu, gpu, self.catalog, self.baseline)
+        governor = status.cpu.governor if status.cpu else None
+        if status.cpu is not None and governor is not None:
+            presets = governor.presets or []
+            last = self._last.get(CPU_GOVERNOR)
+            if last is not None and last[0] is not None and last[1].result is not None:
+                in_force = last[0][0]
+                presets = [
+                    p.model_copy(update={"result": last[1].result.value})
+                    if in_force is not None and p.preset == in_force.value
+                    else p
+                    for p in presets
+                ]
+            governor = governor.model_copy(
+                update={
+                    "baseline": cpu_governor_baseline(self.baseline.entries()) or None,
+                    "presets": presets or None,
+                }
+            )
+            status = status.model_copy(
+                update={"cpu": status.cpu.model_copy(update={"governor": governor})}
+            )
+        return status.to_wire()
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            try:
+                self.nvml.shutdown()
+            except Exception as exc:  # shutting down; nothing else to do about it
+                log.warning("nvml.shutdown_failed", error=str(exc))
+
+
+def cpu_governor_baseline(entries: Mapping[str, str | int]) -> dict[str, str]:
+    """The cpufreq part of the baseline, as NodeHardware shows it: one entry per setting when
+    every policy held the same value (``scaling_governor: powersave``), else one per policy
+    (``policy3/scaling_governor``)."""
+    by_name: dict[str, dict[str, str]] = {}
+    for key, value in entries.items():
+        if not key.startswith(CPU_PREFIX):
+            continue
+        owner = posixpath.basename(posixpath.dirname(key))
+        by_name.setdefault(posixpath.basename(key), {})[owner] = str(value)
+    shown: dict[str, str] = {}
+    for name, values in by_name.items():
+        if len(set(values.values())) == 1:
+            shown[name] = next(iter(values.values()))
+        else:
+            shown.update({f"{owner}/{name}": v for owner, v in sorted(values.items())})
+    return shown
