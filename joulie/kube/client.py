@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from joulie.kube import metrics
+from joulie.kube.k8s_library import ApiClient, Configuration, k8s_config
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -104,7 +103,7 @@ def user_agent() -> str:
 class KubeClient:
     """Requests against one API server with one identity."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, source: str = "") -> None:
+    def __init__(self, api_client: ApiClient, source: str = "") -> None:
         self._api = api_client
         # Names this very process in the API server's audit log and request metrics.
         api_client.user_agent = user_agent()
@@ -116,22 +115,20 @@ class KubeClient:
         cls, path: str | None = None, context: str | None = None
     ) -> KubeClient:
         """Load a kubeconfig file (KUBECONFIG or ~/.kube/config when ``path`` is None)."""
-        configuration = k8s_client.Configuration()
+        configuration = Configuration()
         await k8s_config.load_kube_config(
             config_file=path,
             context=context,
             client_configuration=configuration,
             persist_config=False,
         )
-        return cls(
-            k8s_client.ApiClient(configuration=configuration), f"kubeconfig {path or 'default'}"
-        )
+        return cls(ApiClient(configuration=configuration), f"kubeconfig {path or 'default'}")
 
     @classmethod
     def in_cluster(cls) -> KubeClient:
-        configuration = k8s_client.Configuration()
+        configuration = Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient(configuration=configuration), "in-cluster config")
+        return cls(ApiClient(configuration=configuration), "in-cluster config")
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeClient:

@@ -28,11 +28,10 @@ from typing import Any, TypeVar
 import aiohttp
 import structlog
 import yaml
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.informer import Backoff, Informer
+from joulie.kube.k8s_library import ApiClient, ConfigException, Configuration, k8s_config
 
 log = structlog.get_logger("joulie.kube.connection")
 
@@ -165,13 +164,13 @@ async def load(kubeconfig: str | None = None) -> KubeClient:
     """A client from the configuration (no request sent yet; ``source`` says where it came
     from); raises ClusterError for a configuration that cannot be used."""
     paths = kubeconfig_paths(kubeconfig, os.environ)
-    configuration = k8s_client.Configuration()
+    configuration = Configuration()
     if paths is None:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException as exc:
+        except ConfigException as exc:
             raise _config_error(IN_CLUSTER, _in_cluster_problem(str(exc))) from None
-        return KubeClient(k8s_client.ApiClient(configuration=configuration), IN_CLUSTER)
+        return KubeClient(ApiClient(configuration=configuration), IN_CLUSTER)
     check_kubeconfig(paths)
     source = _describe(paths)
     try:
@@ -183,7 +182,7 @@ async def load(kubeconfig: str | None = None) -> KubeClient:
     except Exception as exc:  # credentials plugins and certificate files fail in many ways
         text = str(exc).strip().splitlines()
         raise _config_error(source, text[0] if text else type(exc).__name__) from None
-    return KubeClient(k8s_client.ApiClient(configuration=configuration), source)
+    return KubeClient(ApiClient(configuration=configuration), source)
 
 
 def _in_cluster_problem(text: str) -> str:
