@@ -129,8 +129,16 @@ def test_only_the_agent_daemonset_runs_as_root_and_without_privilege() -> None:
         assert not security.get("privileged", False)
         if w["kind"] == "DaemonSet":
             assert security["runAsUser"] == 0
-            mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
-            assert "/host-sys" in mounts
+            # The agent finds the host's /sys and /proc under HOST_ROOT, and keeps its baseline
+            # on the node (a hostPath), so a restarted agent restores the real one.
+            container = pod["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            paths = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+            root = env["HOST_ROOT"]
+            assert paths[mounts[f"{root}/sys"]] == "/sys"
+            assert paths[mounts[f"{root}/proc"]] == "/proc"
+            assert paths[mounts[env["STATE_DIR"]]] == env["STATE_DIR"]
         else:
             assert pod["securityContext"]["runAsNonRoot"] is True
 
