@@ -21,7 +21,7 @@ def node_manifest(name: str, group: NodeGroup, *, managed: bool = True) -> dict[
     if managed:
         labels[keys.MANAGED_LABEL] = "true"
     annotations = {
-        FAKE_NODE_ANNOTATION: "fake",
+        FAKE_NODE_ANNOTATION: keys.KWOK_NODE_VALUE,
         "node.alpha.kubernetes.io/ttl": "0",
         **group.hardware_annotations(),
     }

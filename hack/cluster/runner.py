@@ -27,6 +27,7 @@ import yaml
 
 from hack.cluster.pki import Pki, create_pki
 from hack.cluster.stages import FAKE_NODE_ANNOTATION, stages
+from joulie.api import keys
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "joulie-system"
@@ -435,7 +436,8 @@ class LocalCluster:
                 f"--kubeconfig={self.admin_kubeconfig}",
                 f"--config={path}",
                 "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+                "--manage-nodes-with-annotation-selector="
+                f"{FAKE_NODE_ANNOTATION}={keys.KWOK_NODE_VALUE}",
                 f"--node-lease-duration-seconds={self.node_lease_seconds}",
                 "--v=WARN",
                 "--cidr=10.244.0.0/16",

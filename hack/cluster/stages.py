@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from joulie.api import keys
+
 RUN_DURATION_ANNOTATION = "joulie.io/run-duration"
-FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FAKE_NODE_ANNOTATION = keys.KWOK_NODE_ANNOTATION
 
 _NODE_READY = """\
 conditions:

@@ -122,9 +122,15 @@ class PoolAgent:
             "metadata": {"name": node},
         }
         record = self._cache.hardware.get(node)
+        # Admission lets this agent write only NodeHardware labelled simulated, and the manager
+        # believes such facts only for nodes KWOK fakes: a real node's own are out of reach.
         await self._writer.apply(
             f"{NODEHARDWARES}/{node}",
-            {**ident, "spec": {"nodeName": node}},
+            {
+                **ident,
+                "metadata": {"name": node, "labels": {keys.SIMULATED_LABEL: "true"}},
+                "spec": {"nodeName": node},
+            },
             observed=record.main if record else None,
         )
         cached = self._facts.get(node)

@@ -25,6 +25,13 @@ POWER_PROFILE_LABEL: Final = "joulie.io/power-profile"
 RESERVED_LABEL: Final = "joulie.io/reserved"
 # Node label that opts a node into Joulie (the default NODE_SELECTOR).
 MANAGED_LABEL: Final = "joulie.io/managed"
+# Node annotation by which the KWOK controller picks the nodes it fakes, and its value.
+KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE: Final = "fake"
+# Label of a NodeTwin (written by the manager) and of a NodeHardware (written by its agent): "true"
+# for a node KWOK fakes, "false" for a real one. Admission lets the pool-mode agent write only
+# objects labelled "true" (manifests/rbac/agent-pool-confinement.yaml).
+SIMULATED_LABEL: Final = "joulie.io/simulated"
 # Facility topology labels.
 RACK_LABEL: Final = "joulie.io/rack"
 COOLING_ZONE_LABEL: Final = "joulie.io/cooling-zone"

@@ -10,6 +10,10 @@ neither may look at fields other writers own:
    schema declares as map-lists are matched entry by entry on their keys (another manager's
    condition beside ours is not a difference).
 
+In ``metadata`` only labels and annotations are compared by value (the values at the keys the
+manager owns are all an :class:`Observed` keeps of it); anything else there is compared by its
+paths alone.
+
 Paths use the ``fieldsV1`` spelling (``f:spec``, ``k:{"type":"Ready"}``). The ``.`` marker that
 the API server adds for a map or list entry a manager owns as a whole is dropped, and so are the
 paths that only lead to deeper ones, so both sides compare as sets of leaves whatever the API
@@ -22,6 +26,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 FieldPath = tuple[str, ...]
@@ -44,11 +49,12 @@ def observe(
 ) -> Observed:
     """The :class:`Observed` of a raw object for ``manager`` on ``subresource``."""
     meta = raw.get("metadata") or {}
-    return Observed(
-        fields={k: raw[k] for k in keep if k in raw},
-        owned=managed_paths(meta.get("managedFields"), manager, subresource),
-        version=resource_version(raw),
-    )
+    owned = managed_paths(meta.get("managedFields"), manager, subresource)
+    fields = {k: raw[k] for k in keep if k in raw}
+    claimed = _owned_metadata(meta, owned)
+    if claimed:
+        fields["metadata"] = claimed
+    return Observed(fields=fields, owned=owned, version=resource_version(raw))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,37 @@ def _shared(paths: frozenset[FieldPath]) -> frozenset[FieldPath]:
     return paths
 
 
+_METADATA_MAPS = ("labels", "annotations")
+"""The parts of ``metadata`` whose values an apply is compared on."""
+_shared_metadata: dict[tuple[tuple[str, str, str], ...], Mapping[str, Mapping[str, str]]] = {}
+
+
+def _owned_metadata(
+    meta: Mapping[str, Any], owned: frozenset[FieldPath] | None
+) -> Mapping[str, Mapping[str, str]]:
+    """The labels and annotations ``owned`` covers, with their current values. The few a writer
+    sets repeat on every object it writes, so equal sets are shared (read-only, bounded)."""
+    found: list[tuple[str, str, str]] = []
+    for path in owned or ():
+        if len(path) == 3 and path[0] == "f:metadata" and path[1][2:] in _METADATA_MAPS:
+            part, key = path[1][2:], path[2][2:]
+            values = meta.get(part) or {}
+            if key in values:
+                found.append((part, key, str(values[key])))
+    if not found:
+        return {}
+    items = tuple(sorted(found))
+    shared = _shared_metadata.get(items)
+    if shared is None:
+        parts: dict[str, dict[str, str]] = {}
+        for part, key, value in items:
+            parts.setdefault(part, {})[key] = value
+        shared = MappingProxyType({k: MappingProxyType(v) for k, v in parts.items()})
+        if len(_shared_metadata) < _SHARED_MAX:
+            _shared_metadata[items] = shared
+    return shared
+
+
 def applied_paths(body: Mapping[str, Any], map_lists: MapLists) -> frozenset[FieldPath]:
     """The leaf paths an apply of ``body`` claims (apiVersion, kind and the object's name and
     namespace identify the object and are not owned)."""
@@ -173,7 +210,14 @@ def owns_exactly(
 
 
 def _owned_part(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+    """The values an apply of ``body`` is compared on: everything but the object's identity,
+    and of its metadata the labels and annotations."""
+    part = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+    meta = body.get("metadata") or {}
+    claimed = {k: meta[k] for k in _METADATA_MAPS if meta.get(k)}
+    if claimed:
+        part["metadata"] = claimed
+    return part
 
 
 def _entry_key(entry: Mapping[str, Any], keys: tuple[str, ...]) -> str:

@@ -5,6 +5,10 @@ Every collection is kept as a slim frozen projection of the fields some decision
 update that touches nothing else never reaches a handler, and a reconcile compares cache objects
 by identity. A trigger fires only when a field the plan, an intent or the twin reads has changed:
 an agent's NodeHardware heartbeat, a standard pod starting, or our own label write do not.
+
+NodeHardware labelled as written for a simulated node (``joulie.io/simulated: "true"``, what the
+pool-mode agent writes) is believed only for a node KWOK fakes: for a real node it is ignored,
+with one warning, so a pool agent cannot stand in for a real node's own agent.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _NODE = "node"
 class HardwareFacts:
     """One NodeHardware as far as the manager reads it."""
 
+    name: str
+    """The NodeHardware's own name."""
     node: str
     """The node it describes (spec.nodeName, else its own name)."""
     status: NodeHardwareStatus | None
@@ -51,9 +57,17 @@ class HardwareFacts:
     """Why ``status`` is None although the agent wrote one (it is invalid)."""
     last_write: datetime | None
     """When its status was last written, by any writer (managedFields): the agent's pulse."""
+    simulated: bool
+    """Labelled as written for a simulated node (``keys.SIMULATED_LABEL`` is "true"): believed
+    only for a node KWOK fakes."""
 
     def same_for_planning(self, other: HardwareFacts) -> bool:
-        return (self.node, self.status, self.problem) == (other.node, other.status, other.problem)
+        return (self.node, self.status, self.problem, self.simulated) == (
+            other.node,
+            other.status,
+            other.problem,
+            other.simulated,
+        )
 
 
 def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
@@ -71,7 +85,20 @@ def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
             first = exc.errors()[0]
             where = ".".join(map(str, first["loc"])) or "status"
             problem = f"invalid status ({exc.error_count()} error(s)); {where}: {first['msg']}"
-    return HardwareFacts(node, status, problem, _status_written_at(meta.get("managedFields")))
+    simulated = (meta.get("labels") or {}).get(keys.SIMULATED_LABEL) == "true"
+    return HardwareFacts(
+        str(meta["name"]),
+        node,
+        status,
+        problem,
+        _status_written_at(meta.get("managedFields")),
+        simulated,
+    )
+
+
+def simulated_node(node: SlimNode) -> bool:
+    """Whether KWOK fakes this node (it picks its nodes by this annotation)."""
+    return node.annotations.get(keys.KWOK_NODE_ANNOTATION) == keys.KWOK_NODE_VALUE
 
 
 def _status_written_at(managed: Any) -> datetime | None:
@@ -131,7 +158,11 @@ class ClusterCache:
             client,
             "/api/v1/nodes",
             node_projection(
-                annotation_keys=[keys.HW_CPU_MODEL_ANNOTATION, keys.HW_GPU_MODEL_ANNOTATION]
+                annotation_keys=[
+                    keys.HW_CPU_MODEL_ANNOTATION,
+                    keys.HW_GPU_MODEL_ANNOTATION,
+                    keys.KWOK_NODE_ANNOTATION,
+                ]
             ),
         )
         self.pods: Informer[SlimPod] = Informer(
@@ -155,6 +186,8 @@ class ClusterCache:
             client, NODETWINS, owned_projection(field_manager)
         )
         self.informers: list[Informer[Any]] = [self.nodes, self.pods, self.hardware, self.twins]
+        self._distrusted: set[str] = set()
+        """NodeHardware already warned about as simulated facts for a real node."""
         self.nodes.add_handlers(
             Handlers(
                 on_add=lambda _: self._fire("node"),
@@ -169,7 +202,7 @@ class ClusterCache:
             Handlers(
                 on_add=self._hardware_added,
                 on_update=self._hardware_updated,
-                on_delete=lambda _: self._fire("nodehardware"),
+                on_delete=self._hardware_deleted,
             )
         )
 
@@ -202,8 +235,27 @@ class ClusterCache:
         return self.pods.by_index(_MULTI_GPU, node)
 
     def hardware_of(self, node: str) -> HardwareFacts | None:
+        """The NodeHardware that describes ``node``, of those its facts may come from."""
         found = self.hardware.by_index(_NODE, node)
-        return found[0] if found else None
+        if not found:
+            return None
+        if not any(f.simulated for f in found):
+            return found[0]
+        described = self.nodes.get(node)
+        if described is not None and simulated_node(described):
+            if self._distrusted:
+                self._distrusted.difference_update(f.name for f in found)
+            return found[0]
+        for facts in found:
+            if facts.simulated and facts.name not in self._distrusted:
+                self._distrusted.add(facts.name)
+                log.warning(
+                    "NodeHardware labelled simulated describes a node KWOK does not fake; "
+                    "its facts are ignored",
+                    node=node,
+                    nodehardware=facts.name,
+                )
+        return next((f for f in found if not f.simulated), None)
 
     # --- triggers ---------------------------------------------------------------------------
 
@@ -241,8 +293,14 @@ class ClusterCache:
 
     def _hardware_updated(self, old: HardwareFacts, new: HardwareFacts) -> None:
         _report_problem(old, new)
+        if not new.simulated:
+            self._distrusted.discard(new.name)
         if not new.same_for_planning(old):
             self._fire("nodehardware")
+
+    def _hardware_deleted(self, facts: HardwareFacts) -> None:
+        self._distrusted.discard(facts.name)
+        self._fire("nodehardware")
 
 
 def _report_problem(old: HardwareFacts | None, new: HardwareFacts) -> None:

@@ -1,6 +1,11 @@
-"""Writes one node's decisions: its NodeTwin spec, its power-profile label, the manager's part of
-its twin status (figures, schedulable class, the AgentReporting condition), and the Event of a
-deferred downgrade.
+"""Writes one node's decisions: its NodeTwin spec and ``joulie.io/simulated`` label, its
+power-profile label, the manager's part of its twin status (figures, schedulable class, the
+AgentReporting condition), and the Event of a deferred downgrade.
+
+The twin's ``joulie.io/simulated`` label says whether KWOK fakes the node ("true") or not
+("false"). Admission reads it: the pool-mode agent may write the status of a twin labelled
+"true" only. Only the manager may change a twin's metadata, and it owns the label on every twin,
+so a label changed by anyone else is put back at the next reconcile.
 
 Each write compares only what this manager owns (``joulie.kube.ownership``), so the agent's
 ``controlStatus``, another controller's condition or a field someone else added never cause a
@@ -27,7 +32,7 @@ from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import SlimNode
 from joulie.kube.writes import Writer
-from joulie.manager.cache import NODETWINS, HardwareFacts
+from joulie.manager.cache import NODETWINS, HardwareFacts, simulated_node
 from joulie.manager.metrics import TRANSITIONS
 from joulie.manager.planner import NodeMemo
 
@@ -118,7 +123,10 @@ class NodeWriter:
         desired = {
             "apiVersion": keys.API_VERSION,
             "kind": keys.NODE_TWIN_KIND,
-            "metadata": {"name": name},
+            "metadata": {
+                "name": name,
+                "labels": {keys.SIMULATED_LABEL: "true" if simulated_node(node) else "false"},
+            },
             "spec": spec,
         }
         if await self._writer.apply(

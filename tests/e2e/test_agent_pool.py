@@ -181,6 +181,11 @@ def test_the_pool_closes_the_loop(
             return set(nodes) <= {h["metadata"]["name"] for h in listed}
 
         wait_until(published, 60, "NodeHardware for every node")
+        # Labelled simulated: what admission lets this agent write, on KWOK nodes only.
+        with cluster.api() as api:
+            listed = {h["metadata"]["name"]: h for h in api.get(HARDWARE).json()["items"]}
+        for name in nodes:
+            assert listed[name]["metadata"]["labels"][keys.SIMULATED_LABEL] == "true"
 
         def applied() -> dict[str, dict[str, Any]] | None:
             current = twins(cluster, nodes)
@@ -191,6 +196,8 @@ def test_the_pool_closes_the_loop(
             return current if done else None
 
         current = wait_until(applied, 60, "every spec applied")
+        # The manager labels the twins of KWOK nodes simulated, which lets the pool report.
+        assert {t["metadata"]["labels"][keys.SIMULATED_LABEL] for t in current.values()} == {"true"}
         for gpus in (False, True):
             one, other, _ = group_pair(gpus)
             eco, perf = (one, other) if current[one]["spec"]["profile"] == "eco" else (other, one)

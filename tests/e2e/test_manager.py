@@ -201,6 +201,7 @@ def test_every_node_is_planned_and_twinned(
         twin = current[name]
         profile = labelled[name]["metadata"]["labels"][keys.POWER_PROFILE_LABEL]
         assert twin["spec"]["profile"] == profile
+        assert twin["metadata"]["labels"][keys.SIMULATED_LABEL] == "true"  # a KWOK node
         assert twin["status"]["schedulableClass"] == profile
         (condition,) = twin["status"]["conditions"]
         assert condition["type"] == "AgentReporting"

@@ -1,7 +1,13 @@
-"""The admission policy that confines a DaemonSet agent to its own node (manifests/rbac/
-agent-confinement.yaml), against the real API server: with a token bound to an agent pod on node
-A, the agent writes node A's NodeHardware and NodeTwin status, and is refused node B's with a
-message that says why; a token bound to no pod writes nothing."""
+"""The admission policies that confine the agents, against the real API server.
+
+The DaemonSet agent (manifests/rbac/agent-confinement.yaml): with a token bound to an agent pod on
+node A, it writes node A's NodeHardware and NodeTwin status, and is refused node B's with a
+message that says why; a token bound to no pod writes nothing.
+
+The pool-mode agent (manifests/rbac/agent-pool-confinement.yaml): it writes the status of a twin
+the manager labelled simulated and NodeHardware labelled simulated, and is refused a real node's
+twin and NodeHardware, unlabelled NodeHardware, and a NodeHardware describing another node.
+"""
 
 from __future__ import annotations
 
@@ -181,3 +187,108 @@ def test_a_token_bound_to_no_pod_writes_nothing(cluster: LocalCluster) -> None:
         api.delete("/api/v1/nodes/conf-c")
     assert refused.status_code == 403, refused.text
     assert "token bound to its pod" in refused.text
+
+
+SIMULATED = "pool-sim"
+REAL = "pool-real"
+
+
+def labelled(body: dict[str, Any], simulated: str | None) -> dict[str, Any]:
+    if simulated is None:
+        return body
+    meta = {**body["metadata"], "labels": {keys.SIMULATED_LABEL: simulated}}
+    return {**body, "metadata": meta}
+
+
+def control_status(node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.NODE_TWIN_KIND,
+        "metadata": {"name": node},
+        "status": {"controlStatus": {"cpu": {"result": "applied"}}},
+    }
+
+
+@pytest.fixture
+def pool_agent(cluster: LocalCluster) -> Iterator[httpx.Client]:
+    """An API client with joulie-agent-pool's token, and the objects the manager and a real
+    node's agent would have written: a twin labelled simulated, a twin labelled real, and the
+    real node's NodeHardware labelled real."""
+    with cluster.api() as api:
+        for name, simulated in ((SIMULATED, "true"), (REAL, "false")):
+            twin = {
+                **labelled(hardware(name), simulated),
+                "kind": keys.NODE_TWIN_KIND,
+                "spec": {"nodeName": name, "profile": "eco"},
+            }
+            api.post(TWINS, json=twin).raise_for_status()
+        api.post(HARDWARE, json=labelled(hardware(REAL), "false")).raise_for_status()
+    kubeconfig = yaml.safe_load(cluster.role_kubeconfig("agent-pool").read_text())
+    token = kubeconfig["users"][0]["user"]["token"]
+    client = httpx.Client(
+        base_url=cluster.server,
+        verify=cluster.ca_tls(),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+        with cluster.api() as api:
+            for name in (SIMULATED, REAL, "pool-new"):
+                api.delete(f"{HARDWARE}/{name}")
+                api.delete(f"{TWINS}/{name}")
+
+
+def test_the_pool_writes_simulated_nodes_only(
+    cluster: LocalCluster, pool_agent: httpx.Client
+) -> None:
+    def apply(path: str, body: dict[str, Any]) -> httpx.Response:
+        return pool_agent.patch(path, params=AGENT, headers=APPLY, json=body)
+
+    def publish_simulated() -> httpx.Response | None:
+        answer = apply(f"{HARDWARE}/{SIMULATED}", labelled(hardware(SIMULATED), "true"))
+        return answer if answer.status_code in (200, 201) else None
+
+    own = wait_until(publish_simulated, 20, "the pool to publish a simulated node's NodeHardware")
+    assert own.json()["metadata"]["labels"][keys.SIMULATED_LABEL] == "true"
+    status = apply(
+        f"{HARDWARE}/{SIMULATED}/status",
+        {**hardware(SIMULATED), "status": {"cpu": {"sockets": 2}}},
+    )
+    assert status.status_code == 200, status.text
+    twin = apply(f"{TWINS}/{SIMULATED}/status", control_status(SIMULATED))
+    assert twin.status_code == 200, twin.text
+
+    # A real node's twin (the manager labelled it "false") and NodeHardware (its own agent's).
+    real_twin = apply(f"{TWINS}/{REAL}/status", control_status(REAL))
+    assert real_twin.status_code == 403, real_twin.text
+    assert (
+        f"joulie-agent-pool may write only for nodes KWOK fakes, and NodeTwin {REAL} is not "
+        "labelled joulie.io/simulated=true" in real_twin.text
+    )
+    taken = apply(f"{HARDWARE}/{REAL}", labelled(hardware(REAL), "true"))
+    assert taken.status_code == 403, taken.text
+    assert f"NodeHardware {REAL} is not labelled joulie.io/simulated=true" in taken.text
+    real_status = apply(
+        f"{HARDWARE}/{REAL}/status", {**hardware(REAL), "status": {"cpu": {"sockets": 1}}}
+    )
+    assert real_status.status_code == 403, real_status.text
+
+    # New NodeHardware only labelled simulated (the CRD makes it describe its namesake node).
+    unlabelled = apply(f"{HARDWARE}/pool-new", hardware("pool-new"))
+    assert unlabelled.status_code == 403, unlabelled.text
+    assert (
+        "joulie-agent-pool may write NodeHardware pool-new only labelled "
+        "joulie.io/simulated=true" in unlabelled.text
+    )
+    lying = apply(f"{HARDWARE}/pool-new", labelled(hardware("pool-new", described=REAL), "true"))
+    assert lying.status_code == 422, lying.text
+    # Nor may it drop the label from one it wrote.
+    unlabel = apply(f"{HARDWARE}/{SIMULATED}", labelled(hardware(SIMULATED), "false"))
+    assert unlabel.status_code == 403, unlabel.text
+    with cluster.api() as api:
+        stored = api.get(f"{HARDWARE}/{REAL}").json()
+    assert stored["metadata"]["labels"][keys.SIMULATED_LABEL] == "false"
+    assert "status" not in stored

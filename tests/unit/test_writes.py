@@ -135,6 +135,45 @@ def test_any_flat_body_matches_its_own_paths_and_values(spec: dict[str, Any]) ->
     assert owns_exactly(applied, observe(raw, "m"), {})
 
 
+def test_labels_the_manager_owns_are_compared_by_value() -> None:
+    """A label this manager applies is a change when its value changes, also though no path
+    changes; a label another writer added beside it is not."""
+
+    def applied(value: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "joulie.io/v1alpha1",
+            "kind": "NodeTwin",
+            "metadata": {"name": "n1", "labels": {"joulie.io/simulated": value}},
+            "spec": {"profile": "eco"},
+        }
+
+    fields_v1 = {
+        "f:metadata": {"f:labels": {".": {}, "f:joulie.io/simulated": {}}},
+        "f:spec": {"f:profile": {}},
+    }
+    raw = {
+        "metadata": {
+            "name": "n1",
+            "labels": {"joulie.io/simulated": "true", "team": "a"},
+            "managedFields": [
+                {"manager": "m", "operation": "Apply", "fieldsV1": fields_v1},
+                {
+                    "manager": "kubectl",
+                    "operation": "Update",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}},
+                },
+            ],
+        },
+        "spec": {"profile": "eco"},
+    }
+    observed = observe(raw, "m")
+    assert observed.fields["metadata"] == {"labels": {"joulie.io/simulated": "true"}}
+    assert owns_exactly(applied("true"), observed, {})
+    assert not owns_exactly(applied("false"), observed, {})
+    # Equal label sets are one shared value, as owned paths are.
+    assert observe(raw, "m").fields["metadata"] is observed.fields["metadata"]
+
+
 def test_merge_patch_noop_detection() -> None:
     observed = {"metadata": {"labels": {"a": "1", "b": "2"}}}
     assert _merge_is_noop({"metadata": {"labels": {"a": "1"}}}, observed)
