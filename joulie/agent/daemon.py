@@ -117,6 +117,7 @@ class DaemonAgent:
             if spec is None and _restored(outcomes):
                 metrics.RESTORES.labels("unplanned").inc()
             metrics.observe_outcomes(outcomes)
+            metrics.observe_power(await asyncio.to_thread(self.host.sample_power), self.node)
             facts = await asyncio.to_thread(self.host.hardware_status)
             await publish_hardware(
                 self.writer,

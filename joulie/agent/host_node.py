@@ -31,6 +31,7 @@ from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_loc
 from joulie.agent.gpu_control import GpuControl
 from joulie.agent.gpu_discovery import GpuDiscovery, discover_gpus
 from joulie.agent.hardware_status import node_hardware_status
+from joulie.agent.host_power import PowerReading, PowerSampler
 from joulie.agent.nvml import NvmlAdapter
 from joulie.agent.outcomes import ComponentOutcome
 from joulie.agent.sysfs import Sysfs
@@ -75,6 +76,7 @@ class HostNode:
         self._clock = clock
         self.cpu_control = CpuControl(sysfs, baseline, dry_run=dry_run)
         self.gpu_control = GpuControl(nvml, sysfs, baseline, dry_run=dry_run)
+        self.power = PowerSampler(sysfs, nvml, clock)
         self.cpu: CpuDiscovery | None = None
         self.gpu: GpuDiscovery | None = None
         self._discovered_at: float | None = None
@@ -208,6 +210,10 @@ class HostNode:
             # A board that stopped answering, a zone that vanished: look again before the next
             # pass rather than at the next slow interval.
             self._rediscover = True
+
+    def sample_power(self) -> PowerReading:
+        """The node's power since the previous sample (TELEMETRY_*_SOURCE=host)."""
+        return self.power.sample(*self._discovered())
 
     # -- what NodeHardware says ---------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from joulie.agent.host_power import PowerReading
 from joulie.agent.outcomes import ComponentOutcome
 from joulie.api.enums import ControlResult
 
@@ -47,3 +48,29 @@ def observe_outcomes(outcomes: Mapping[str, ComponentOutcome]) -> None:
             continue
         for result in ControlResult:
             CONTROL_RESULT.labels(component, result.value).set(result is outcome.result)
+
+
+CPU_PACKAGE_WATTS = Gauge(
+    "joulie_agent_cpu_package_power_watts",
+    "Mean power of each CPU package since the previous pass, from its RAPL energy counter",
+    ["package"],
+)
+GPU_WATTS = Gauge(
+    "joulie_agent_gpu_power_watts", "Power of each GPU, as its driver reads it", ["gpu"]
+)
+NODE_WATTS = Gauge(
+    "joulie_agent_node_power_watts",
+    "CPU packages plus GPUs of this node (absent while the CPU's power cannot be read)",
+    ["node"],
+)
+
+
+def observe_power(reading: PowerReading, node: str) -> None:
+    figures = ((CPU_PACKAGE_WATTS, reading.cpu_package_watts), (GPU_WATTS, reading.gpu_watts))
+    for gauge, values in figures:
+        gauge.clear()
+        for label, watts in values.items():
+            gauge.labels(label).set(watts)
+    NODE_WATTS.clear()
+    if reading.node_watts is not None:
+        NODE_WATTS.labels(node).set(reading.node_watts)

@@ -211,6 +211,12 @@ def test_sigterm_puts_every_file_back(
         assert hardware["cpu"]["sockets"] == 2
         assert hardware["cpu"]["capRange"]["maxWattsPerSocket"] > CAP_W
         assert hardware["cpu"]["governor"]["baseline"], hardware["cpu"]["governor"]
+        # Its own power readings, for a scraper (the fake counters stand still: 0 W).
+        wait_until(
+            lambda: f'joulie_agent_node_power_watts{{node="{node}"}}' in process.metrics(),
+            10,
+            "the node's power on the metrics endpoint",
+        )
     finally:
         assert process.stop() == 0, process.log.read_text()[-4000:]
     assert changed(root, before) == {}
