@@ -126,6 +126,9 @@ class DaemonAgent:
                 facts,
                 now=self._clock(),
                 heartbeat=self.heartbeat,
+                # Real hardware: the label keeps the pool's account (confined to simulated
+                # nodes by admission) away from this object.
+                labels={keys.SIMULATED_LABEL: "false"},
             )
             await self._report(outcomes)
             self.passes += 1

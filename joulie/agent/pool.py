@@ -22,8 +22,9 @@ from typing import Any
 
 import structlog
 
-from joulie.agent.cache import NODEHARDWARES, NODETWINS, AgentCache
+from joulie.agent.cache import NODETWINS, AgentCache
 from joulie.agent.http_backend import HttpBackend, control_request
+from joulie.agent.publisher import publish_hardware
 from joulie.agent.reports import control_status, simulated_hardware
 from joulie.agent.sharding import shard_of
 from joulie.api import keys
@@ -116,36 +117,19 @@ class PoolAgent:
         await self._enforce(node, report)
 
     async def _publish(self, node: str, hardware: HardwareSummary) -> None:
-        ident = {
-            "apiVersion": keys.API_VERSION,
-            "kind": keys.NODE_HARDWARE_KIND,
-            "metadata": {"name": node},
-        }
-        record = self._cache.hardware.get(node)
-        # Admission lets this agent write only NodeHardware labelled simulated, and the manager
-        # believes such facts only for nodes KWOK fakes: a real node's own are out of reach.
-        await self._writer.apply(
-            f"{NODEHARDWARES}/{node}",
-            {
-                **ident,
-                "metadata": {"name": node, "labels": {keys.SIMULATED_LABEL: "true"}},
-                "spec": {"nodeName": node},
-            },
-            observed=record.main if record else None,
-        )
         cached = self._facts.get(node)
         if cached is None or cached[0] != hardware:
             cached = self._facts[node] = (hardware, simulated_hardware(hardware, self._catalog))
-        facts = cached[1]
-        stored = dict(record.stored_status) if record else {}
-        beat = stored.pop("updatedAt", None)
-        now = self._clock()
-        if facts != stored or _older(beat, now - self._heartbeat):
-            beat = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        await self._writer.apply(
-            f"{NODEHARDWARES}/{node}/status",
-            {**ident, "status": {**facts, "updatedAt": beat}},
-            observed=record.status if record else None,
+        # Admission lets this agent write only NodeHardware labelled simulated, and the manager
+        # believes such facts only for nodes KWOK fakes: a real node's own are out of reach.
+        await publish_hardware(
+            self._writer,
+            node,
+            self._cache.hardware.get(node),
+            cached[1],
+            now=self._clock(),
+            heartbeat=self._heartbeat,
+            labels={keys.SIMULATED_LABEL: "true"},
         )
 
     async def _enforce(self, node: str, report: TelemetryReport) -> None:
@@ -177,14 +161,3 @@ class PoolAgent:
             },
             observed=twin.control,
         )
-
-
-def _older(stamp: Any, than: datetime) -> bool:
-    """Whether an RFC 3339 ``stamp`` is missing, unreadable or before ``than``."""
-    if not isinstance(stamp, str):
-        return True
-    try:
-        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return True
-    return moment < than

@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from joulie.agent.cache import NODEHARDWARES
 from joulie.api import keys
 from joulie.kube.ownership import OwnedObject
 from joulie.kube.writes import Writer
 
-__all__ = ["NODEHARDWARES", "older", "publish_hardware"]
-
-NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+__all__ = ["older", "publish_hardware"]
 
 
 async def publish_hardware(

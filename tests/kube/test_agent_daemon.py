@@ -182,6 +182,22 @@ def applied(cluster: LocalCluster, node: str, root: Path) -> bool:
     )
 
 
+def agent_writes(cluster: LocalCluster, pid: int) -> int:
+    """Successful writes of process ``pid``, from the API server's audit log."""
+    count = 0
+    for line in cluster.audit_log.read_text().splitlines():
+        entry = json.loads(line)
+        code = (entry.get("responseStatus") or {}).get("code", 0)
+        if (
+            entry.get("stage") == "ResponseComplete"
+            and f"pid {pid})" in entry.get("userAgent", "")
+            and entry.get("verb") in ("create", "update", "patch")
+            and 200 <= code < 300
+        ):
+            count += 1
+    return count
+
+
 def baseline_file(tmp: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((tmp / "state" / "baseline.json").read_text())
     return data
@@ -211,6 +227,23 @@ def test_sigterm_puts_every_file_back(
         assert hardware["cpu"]["sockets"] == 2
         assert hardware["cpu"]["capRange"]["maxWattsPerSocket"] > CAP_W
         assert hardware["cpu"]["governor"]["baseline"], hardware["cpu"]["governor"]
+        # Steady passes read everything again and write nothing.
+        assert process.process is not None
+        passes = process.metric("joulie_agent_passes_total", result="ok")
+        wait_until(
+            lambda: process.metric("joulie_agent_passes_total", result="ok") >= passes + 1,
+            10,
+            "a steady pass",
+        )
+        writes = agent_writes(cluster, process.process.pid)
+        assert writes >= 3  # NodeHardware, its status, the twin's controlStatus
+        wait_until(
+            lambda: process.metric("joulie_agent_passes_total", result="ok") >= passes + 4,
+            10,
+            "three more passes",
+        )
+        assert agent_writes(cluster, process.process.pid) == writes
+        assert changed(root, before) == edits
         # Its own power readings, for a scraper (the fake counters stand still: 0 W).
         wait_until(
             lambda: f'joulie_agent_node_power_watts{{node="{node}"}}' in process.metrics(),
