@@ -89,7 +89,10 @@ class AgentCache:
     ) -> None:
         self._on_change = on_change
         self.nodes: Informer[SlimNode] = Informer(
-            client, "/api/v1/nodes", node_projection(), label_selector=node_selector or None
+            client,
+            "/api/v1/nodes",
+            node_projection(annotation_keys=(keys.KWOK_NODE_ANNOTATION,)),
+            label_selector=node_selector or None,
         )
         self.twins: Informer[TwinIntent] = Informer(
             client, NODETWINS, twin_projection(field_manager)

@@ -97,8 +97,13 @@ class PoolAgent:
         return shard_of(node, self._shards) == self._shard
 
     def served(self) -> list[str]:
-        names: list[str] = self._cache.nodes.keys()
-        return sorted(n for n in names if self.mine(n))
+        """The nodes of this shard that KWOK fakes: a real node the selector also matches has an
+        agent of its own (and admission would refuse this one its objects)."""
+        return sorted(
+            node.name
+            for node in self._cache.nodes.values()
+            if self.mine(node.name) and keys.kwok_node(node.annotations)
+        )
 
     def forget_gone(self) -> None:
         existing = set(self._cache.nodes.keys())
@@ -108,7 +113,8 @@ class PoolAgent:
 
     async def sync(self, node: str) -> None:
         """Bring one node in line; raises on failure (the caller retries it)."""
-        if not self.mine(node) or self._cache.nodes.get(node) is None:
+        described = self._cache.nodes.get(node)
+        if not self.mine(node) or described is None or not keys.kwok_node(described.annotations):
             self._sent.pop(node, None)
             self._facts.pop(node, None)
             return

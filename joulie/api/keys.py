@@ -5,6 +5,7 @@ Every component reads these from here so that a key is spelled in exactly one pl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 GROUP: Final = "joulie.io"
@@ -68,3 +69,8 @@ SIM_GPU_UTILIZATION_ANNOTATION: Final = "joulie.io/sim-gpu-utilization"
 
 # NodeTwin condition written by the controller manager.
 AGENT_REPORTING_CONDITION: Final = "AgentReporting"
+
+
+def kwok_node(annotations: Mapping[str, str]) -> bool:
+    """Whether a node with these annotations is one KWOK fakes (KWOK picks its nodes by them)."""
+    return annotations.get(KWOK_NODE_ANNOTATION) == KWOK_NODE_VALUE

@@ -98,7 +98,7 @@ def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
 
 def simulated_node(node: SlimNode) -> bool:
     """Whether KWOK fakes this node (it picks its nodes by this annotation)."""
-    return node.annotations.get(keys.KWOK_NODE_ANNOTATION) == keys.KWOK_NODE_VALUE
+    return keys.kwok_node(node.annotations)
 
 
 def _status_written_at(managed: Any) -> datetime | None:

@@ -34,6 +34,7 @@ SELECTOR = f"joulie.io/e2e={E2E}"
 TWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
 HARDWARE = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
 HEARTBEAT_S = 10
+REAL_NODE = "ap-real-node"
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -71,8 +72,16 @@ def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
             for name in (first, second):
                 pod = busy_pod(f"work-{name}", name, cpu, gpus=count)
                 api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).raise_for_status()
+    # A real node the pool's selector also matches: it has an agent of its own, so the pool
+    # leaves it alone (KWOK does not fake it: no annotation).
+    with cluster.api() as api:
+        api.post(
+            "/api/v1/nodes",
+            json={"metadata": {"name": REAL_NODE, "labels": {"joulie.io/e2e": E2E}}},
+        ).raise_for_status()
     yield names
     with cluster.api() as api:
+        api.delete(f"/api/v1/nodes/{REAL_NODE}")
         api.delete(f"/api/v1/namespaces/{namespace}")
         for name in names:
             api.delete(f"{HARDWARE}/{name}")
@@ -209,6 +218,11 @@ def test_the_pool_closes_the_loop(
                 20,
                 f"{eco} (eco) to draw less than {perf} under the same load",
             )
+
+        # The real node is not the pool's: no NodeHardware, no twin status, no failed sync.
+        with cluster.api() as api:
+            assert api.get(f"{HARDWARE}/{REAL_NODE}").status_code == 404
+        assert agent.metric("joulie_agent_node_syncs_total", result="failed") == 0
 
         # A GPU cap on a node without GPUs, added by another writer, is answered unsupported.
         cpu_node = group_pair(False)[0]
