@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: test install binaries lint typecheck pytest generate crds docs image clean \
-	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool
+	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool bench-agent-daemon
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
@@ -63,6 +63,10 @@ bench-twin: install
 # Agent pool mode at 5,000 nodes on 2 shards: first and steady pass, CPU per pass, RSS.
 bench-agent-pool: install binaries
 	$(BIN)/python -m bench.agent_pool
+
+# Agent DaemonSet mode on a fake node: CPU per pass, share of a core at 20 s, RSS.
+bench-agent-daemon: install binaries
+	$(BIN)/python -m bench.agent_daemon
 
 # Simulator telemetry latency and requests/s on one core, on the bench-informer cluster.
 bench-simulator: install binaries
