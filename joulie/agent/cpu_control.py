@@ -63,6 +63,11 @@ POWERCAP_PREFIX = "/sys/class/powercap/"
 HWMON_PREFIX = "/sys/class/hwmon/"
 CPU_PREFIX = "/sys/devices/system/cpu/"
 
+FLOOR_PCT_OF_MAX = 10.0
+"""Where a RAPL zone states no minimum, no cap below this share of its maximum is written: a
+limit near zero throttles every core to its lowest frequency, which no policy means (a spec
+asking 1 % of a 165 W package would otherwise be written as 1.65 W)."""
+
 RAPL_TOLERANCE_UW = 1_000_000
 """A RAPL limit reads back in the register's power unit (often 1/8 W), so a reading within 1 W
 of the value written counts as the same."""
@@ -99,15 +104,18 @@ class CpuControl:
         baseline: Baseline,
         *,
         dry_run: bool = False,
-        floor_watts: float | None = None,
+        floor_pct_of_max: float = FLOOR_PCT_OF_MAX,
     ) -> None:
         self.sysfs = sysfs
         self.baseline = baseline
         self.dry_run = dry_run
         """Compute and report, write nothing (SIMULATE_ONLY)."""
-        self.floor_watts = floor_watts
-        """Lowest package cap written where the zone states no minimum (intel_rapl states none)."""
+        self.floor_pct_of_max = floor_pct_of_max
+        """Lowest package cap written where the zone states no minimum (intel_rapl states none),
+        as a percentage of the zone's maximum."""
         self._last_written: dict[str, str] = {}
+        self._drifted: dict[str, str] = {}
+        """Per setting: what it read back after the agent's write was not kept (drift)."""
 
     # -- one setting --------------------------------------------------------------------------
 
@@ -126,6 +134,23 @@ class CpuControl:
                 detail=exc.detail,
             )
         last = self._last_written.get(key)
+        drifted = self._drifted.get(key)
+        if (
+            not reassert
+            and drifted is not None
+            and same_value(last, target, tolerance)
+            and same_value(observed, drifted, tolerance)
+        ):
+            # The value the setting kept after this very write: the same drift, not another
+            # writer; it is written again only when the agent re-asserts.
+            return SettingOutcome(
+                key,
+                ControlResult.DRIFT,
+                target,
+                observed,
+                observed,
+                f"wrote {target}, reads {observed}",
+            )
         decision = decide_write(target, observed, last, tolerance=tolerance, reassert=reassert)
         facts = ControlFacts(
             target=target,
@@ -170,9 +195,12 @@ class CpuControl:
         read_back = self.sysfs.try_read(key)
         result = control_result(_with(facts, written=True, read_back=read_back))
         detail = "" if read_back is not None else "cannot be read back"
+        self._drifted.pop(key, None)
         if result is ControlResult.DRIFT:
             detail = f"wrote {target}, reads {read_back}"
             log.warning("cpu.drift", key=key, wrote=target, reads=read_back)
+            if read_back is not None:
+                self._drifted[key] = read_back
         return SettingOutcome(key, result, target, observed, read_back, detail)
 
     def _back_to_baseline(self, keys: Sequence[str]) -> list[SettingOutcome]:
@@ -207,9 +235,12 @@ class CpuControl:
             governor = self.sysfs.try_read(
                 posixpath.join(posixpath.dirname(key), "scaling_governor")
             )
-            if governor == "performance":
-                # The kernel holds EPP at performance under this governor and refuses writes;
-                # there is nothing of the agent's left in force to put back.
+            pending = self.baseline.get(posixpath.join(posixpath.dirname(key), "scaling_governor"))
+            if governor == "performance" and pending in (None, "performance"):
+                # The kernel holds EPP at performance under this governor and refuses writes,
+                # and the governor stays: nothing of the agent's is left in force to put back.
+                # (Were the governor still to be restored to another one, the kernel would
+                # bring back the EPP the agent wrote, so the entry is kept for then.)
                 self._last_written.pop(key, None)
                 return SettingOutcome(
                     key, ControlResult.RESTORED, value, observed, detail="held by the governor"
@@ -321,8 +352,8 @@ class CpuControl:
         if not max_uw or max_uw <= 0:
             return None
         floor_uw = min_uw if min_uw and min_uw > 0 else None
-        if floor_uw is None and self.floor_watts is not None:
-            floor_uw = round(self.floor_watts * 1e6)
+        if floor_uw is None:
+            floor_uw = round(max_uw * self.floor_pct_of_max / 100)
         cap = effective_cap(
             watts, pct, max_uw / 1e6, floor_uw / 1e6 if floor_uw is not None else None
         )
@@ -390,8 +421,12 @@ class CpuControl:
                 ControlResult.UNSUPPORTED, f"this node cannot express the {preset.value} preset"
             )
         settings: list[SettingOutcome] = []
-        if boost is not None and governor.boost is not None:
-            settings.append(self._set_boost(governor.boost, boost, reassert))
+        if governor.boost is not None:
+            if boost is not None:
+                settings.append(self._set_boost(governor.boost, boost, reassert))
+            else:
+                # The spec leaves boost to the node: a setting the agent made goes back.
+                settings.extend(self._back_to_baseline([governor.boost.path]))
         policies = list(policies)
         governed: set[str] = set()
         for policy in policies:
@@ -401,7 +436,11 @@ class CpuControl:
                 governed.add(policy)
         for policy in policies:
             key = f"{policy}/energy_performance_preference"
-            if mapping.epp is None or mapping.governor == "performance":
+            if mapping.governor == "performance":
+                continue  # the kernel holds EPP under it; a baseline waits for the restore
+            if mapping.epp is None:
+                # This preset sets no EPP: one the agent set for another preset goes.
+                settings.extend(self._back_to_baseline([key]))
                 continue
             if policy not in governed:
                 settings.append(

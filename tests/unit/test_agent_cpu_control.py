@@ -152,6 +152,30 @@ def test_a_limit_that_reads_back_otherwise_is_drift(tmp_path: Path) -> None:
     assert by_key[LIMIT1].result is R.DRIFT
     assert by_key[LIMIT1].read_back == "90000000"
     assert "wrote 120000000, reads 90000000" in outcome.message
+    # The next pass sees the value the write left: the same drift, not another writer, and no
+    # write until the agent re-asserts.
+    tree.writes.clear()
+    again = cap(ctl, found, 120.0)
+    assert {s.key: s.result for s in again.settings}[LIMIT1] is R.DRIFT
+    assert tree.writes == []
+
+
+def test_no_cap_below_a_tenth_of_a_zone_without_a_minimum(tree: FakeSysfs, tmp_path: Path) -> None:
+    ctl, found = control(tree, tmp_path / "state")
+    assert cap(ctl, found, None, 1).result is R.APPLIED  # 1 % of 165 W would be 1.65 W
+    assert tree.read_int(LIMIT0) == tree.read_int(LIMIT1) == 16_500_000
+
+
+def test_boost_goes_back_when_the_spec_stops_setting_it(tree: FakeSysfs, tmp_path: Path) -> None:
+    ctl, found = control(tree, tmp_path / "state")
+    before = tree.read(NO_TURBO)
+    assert preset(ctl, found, P.EFFICIENCY, Boost.OFF).result is R.APPLIED
+    assert tree.read(NO_TURBO) == "1"
+    # Same preset, boost left to the node: the agent's setting goes, the preset stays.
+    outcome = preset(ctl, found, P.EFFICIENCY, None)
+    assert {s.key: s.result for s in outcome.settings}[NO_TURBO] is R.RESTORED
+    assert tree.read(NO_TURBO) == before
+    assert NO_TURBO not in ctl.baseline
 
 
 def test_within_the_power_unit_is_applied_not_drift(tmp_path: Path) -> None:
