@@ -299,7 +299,10 @@ async def measure_slim(kubeconfig: str, watch_events: int) -> dict[str, Any]:
 
 
 async def measure_models(kubeconfig: str) -> dict[str, Any]:
-    from kubernetes_asyncio import client, config
+    from joulie.kube.k8s_library import full_library
+
+    library = full_library()  # Joulie itself loads only the client and the config loaders
+    client, config = library.client, library.config
 
     baseline = current_rss_mib()
     configuration = client.Configuration()

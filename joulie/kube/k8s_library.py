@@ -22,7 +22,9 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["ApiClient", "ConfigException", "Configuration", "k8s_config"]
+import structlog
+
+__all__ = ["ApiClient", "ConfigException", "Configuration", "full_library", "k8s_config"]
 
 _PACKAGES = ("kubernetes_asyncio", "kubernetes_asyncio.client")
 _MODELS = "kubernetes_asyncio.client.models"
@@ -67,11 +69,26 @@ def _load() -> tuple[Any, Any, Any]:
     if "kubernetes_asyncio" not in sys.modules:
         try:
             return _slim()
-        except Exception:
-            pass  # the full import below still works, at its memory cost
+        except Exception as exc:
+            # The full import below still works, at its memory cost.
+            structlog.get_logger("joulie.kube").warning(
+                "kubernetes-asyncio imported in full (the slim import failed)", error=repr(exc)
+            )
     from kubernetes_asyncio import client, config
 
     return client.ApiClient, client.Configuration, config
+
+
+def full_library() -> types.ModuleType:
+    """The whole ``kubernetes_asyncio`` package, generated APIs and models included, for the
+    rare caller that wants them (a benchmark comparing them with Joulie's projections). The slim
+    stand-ins are dropped so the package's own ``__init__`` runs; the modules already loaded
+    (configuration, API client) are reused."""
+    for name in (*_PACKAGES, _MODELS):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None) is None:
+            del sys.modules[name]
+    return importlib.import_module("kubernetes_asyncio")
 
 
 if TYPE_CHECKING:
