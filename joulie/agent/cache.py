@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from joulie.api import keys
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.twin import UNMANAGED_SOURCE
-from joulie.kube.client import KubeClient
+from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.ownership import Observed, OwnedObject, observe, owned_projection
 from joulie.kube.projections import SlimNode, node_projection
@@ -148,11 +148,13 @@ class OwnNodeCache:
     ) -> None:
         self.node = node
         self._on_change = on_change
+        self._client = client
+        self._project = twin_projection(field_manager)
         own = f"metadata.name={node}"
         self.twins: Informer[TwinIntent] = Informer(
             client,
             NODETWINS,
-            twin_projection(field_manager),
+            self._project,
             field_selector=own,
             idle_timeout=idle_timeout,
         )
@@ -175,6 +177,16 @@ class OwnNodeCache:
     @property
     def twin(self) -> TwinIntent | None:
         return self.twins.get(self.node)
+
+    async def read_twin(self) -> TwinIntent | None:
+        """The twin as the API server holds it now (one GET), not as the watch last said."""
+        try:
+            raw = await self._client.request("GET", f"{NODETWINS}/{self.node}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._project(raw)
 
     def _twin_added(self, twin: TwinIntent) -> None:
         _report(None, twin)

@@ -41,6 +41,8 @@ BACKEND = "host"
 REASSERT_S = 900.0
 """How long a setting another writer changed is left alone (``contended``) before the agent
 writes its value again."""
+STALE_CHECK_S = 1.0
+"""While the spec cannot be read: how often the agent looks whether it can again."""
 STOP_REPORT_S = 3.0
 """At SIGTERM, how long the agent tries to report ``restored`` after restoring (the restore
 itself is not bounded by this)."""
@@ -90,24 +92,31 @@ class DaemonAgent:
 
     def next_wake(self) -> float:
         """Seconds until the next pass is due: the control interval, or the moment the spec
-        turns stale, whichever comes first."""
+        turns stale, whichever comes first; while stale, soon (a pass then only checks whether
+        the API server answers again, and retries a restore that did not complete)."""
         if self.stale:
-            return self.control_interval_s
+            return min(self.control_interval_s, STALE_CHECK_S)
         return max(0.1, min(self.control_interval_s, self.spec_read_timeout_s - self.spec_age()))
 
     # -- one pass -----------------------------------------------------------------------------
 
     async def run_pass(self) -> None:
+        """Bring the node in line with its twin. Each step is tried even when an earlier one
+        failed (the hardware first, then what is reported); the first failure is raised at the
+        end, for the caller to log."""
         async with self._lock:
             if self.spec_age() > self.spec_read_timeout_s:
                 await self._on_stale()
                 return
-            if self.stale:
-                log.info("NodeTwin readable again: putting its spec back in force", node=self.node)
-                self.stale = False
-            if not self.cache.synced:
+            if not self.cache.twins.has_synced:
                 return
             twin = self.cache.twin
+            if self.stale:
+                # The watch is back, but its replay of what changed meanwhile may not have
+                # arrived: read the twin itself before putting anything in force again.
+                twin = await self.cache.read_twin()
+                log.info("NodeTwin readable again: putting its spec back in force", node=self.node)
+                self.stale = False
             spec = twin.spec if twin is not None and twin.managed else None
             now = self._monotonic()
             reassert = now - self._last_reassert >= REASSERT_S
@@ -117,35 +126,51 @@ class DaemonAgent:
             if spec is None and _restored(outcomes):
                 metrics.RESTORES.labels("unplanned").inc()
             metrics.observe_outcomes(outcomes)
-            metrics.observe_power(await asyncio.to_thread(self.host.sample_power), self.node)
-            facts = await asyncio.to_thread(self.host.hardware_status)
-            await publish_hardware(
-                self.writer,
-                self.node,
-                self.cache.hardware.get(self.node),
-                facts,
-                now=self._clock(),
-                heartbeat=self.heartbeat,
-                # Real hardware: the label keeps the pool's account (confined to simulated
-                # nodes by admission) away from this object.
-                labels={keys.SIMULATED_LABEL: "false"},
-            )
-            await self._report(outcomes)
+            failures: list[BaseException] = []
+            for step in (self._sample, self._publish, lambda: self._report(outcomes)):
+                try:
+                    await step()
+                except Exception as exc:
+                    failures.append(exc)
+            if failures:
+                raise failures[0]
             self.passes += 1
 
-    async def _on_stale(self) -> None:
-        if self.stale:
-            return
-        self.stale = True
-        log.warning(
-            "NodeTwin unreadable for longer than SPEC_READ_TIMEOUT: restoring the node's own "
-            "settings until it can be read again",
-            node=self.node,
-            unreadable_s=round(self.spec_age(), 1),
-            error=str(self.cache.twins.last_error or "") or None,
+    async def _sample(self) -> None:
+        metrics.observe_power(await asyncio.to_thread(self.host.sample_power), self.node)
+
+    async def _publish(self) -> None:
+        if not self.cache.hardware.has_synced:
+            return  # not compared with what is stored yet: it would be written every pass
+        facts = await asyncio.to_thread(self.host.hardware_status)
+        await publish_hardware(
+            self.writer,
+            self.node,
+            self.cache.hardware.get(self.node),
+            facts,
+            now=self._clock(),
+            heartbeat=self.heartbeat,
+            # Real hardware: the label keeps the pool's account (confined to simulated nodes by
+            # admission) away from this object.
+            labels={keys.SIMULATED_LABEL: "false"},
         )
+
+    async def _on_stale(self) -> None:
+        """Restore the node's own settings; again at every pass while something recorded is not
+        back yet (a busy driver, a refused write), until the spec can be read again."""
+        if not self.stale:
+            self.stale = True
+            log.warning(
+                "NodeTwin unreadable for longer than SPEC_READ_TIMEOUT: restoring the node's "
+                "own settings until it can be read again",
+                node=self.node,
+                unreadable_s=round(self.spec_age(), 1),
+                error=str(self.cache.twins.last_error or "") or None,
+            )
+            metrics.RESTORES.labels("stale-spec").inc()
+        elif len(self.host.baseline) == 0:
+            return
         outcomes = await asyncio.to_thread(self.host.restore_all)
-        metrics.RESTORES.labels("stale-spec").inc()
         metrics.observe_outcomes(outcomes)
 
     async def _report(self, outcomes: Outcomes) -> None:

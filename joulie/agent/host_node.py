@@ -18,6 +18,7 @@ reported (``applied``) stands, so controlStatus does not flip, and cost a write,
 from __future__ import annotations
 
 import posixpath
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -83,12 +84,20 @@ class HostNode:
         self._rediscover = False
         self._last: dict[str, tuple[Any, ComponentOutcome]] = {}
         """Per component: the intent of the last pass and what it reported."""
+        self._hardware = threading.RLock()
+        """Held by every call that reads or writes the hardware or the baseline: a pass still
+        running in its worker thread (a hung NVML call outliving a cancelled task) and the final
+        restore never interleave."""
 
     # -- discovery ----------------------------------------------------------------------------
 
     def discover(self) -> None:
         """Read the node's hardware again (read-only, except the BIOS-lock probe of RAPL limits,
         which writes each limit's own value back; skipped in a dry run)."""
+        with self._hardware:
+            self._discover()
+
+    def _discover(self) -> None:
         cpu = discover_cpu(self.sysfs)
         if not self.dry_run:
             cpu = probe_cpu_locks(self.sysfs, cpu)
@@ -107,7 +116,7 @@ class HostNode:
             self._clock() - self._discovered_at >= self.discovery_interval_s
         )
         if due or self._rediscover:
-            self.discover()
+            self._discover()
 
     def _discovered(self) -> tuple[CpuDiscovery, GpuDiscovery]:
         self.discover_if_due()
@@ -125,73 +134,84 @@ class HostNode:
         """
         if spec is None:
             return self.restore_all()
-        cpu, gpu = self._discovered()
-        cpu_spec, gpu_spec = spec.cpu, spec.gpu
-        watts = cpu_spec.package_power_cap_watts if cpu_spec else None
-        pct = cpu_spec.package_power_cap_pct_of_max if cpu_spec else None
-        cpu_gov = cpu_spec.governor if cpu_spec else None
-        cap = gpu_spec.power_cap if gpu_spec else None
-        gpu_gov = gpu_spec.governor if gpu_spec else None
-        preset = cpu_gov.preset if cpu_gov else None
-        boost = cpu_gov.boost if cpu_gov else None
-        gpu_preset = gpu_gov.preset if gpu_gov else None
-        ceiling = gpu_gov.compute_clock_ceiling_pct_of_max if gpu_gov else None
-        gpu_watts = cap.cap_watts_per_gpu if cap else None
-        gpu_pct = cap.cap_pct_of_max if cap else None
-        policies = [p.path for p in cpu.policies]
-        outcomes: Outcomes = {
-            CPU_CAP: self._steady(
-                CPU_CAP,
-                (watts, pct),
-                self.cpu_control.apply_package_cap(
-                    cpu.powercap.zones, watts, pct, hsmp=cpu.powercap.hsmp, reassert=reassert
+        with self._hardware:
+            cpu, gpu = self._discovered()
+            cpu_spec, gpu_spec = spec.cpu, spec.gpu
+            watts = cpu_spec.package_power_cap_watts if cpu_spec else None
+            pct = cpu_spec.package_power_cap_pct_of_max if cpu_spec else None
+            cpu_gov = cpu_spec.governor if cpu_spec else None
+            cap = gpu_spec.power_cap if gpu_spec else None
+            gpu_gov = gpu_spec.governor if gpu_spec else None
+            preset = cpu_gov.preset if cpu_gov else None
+            boost = cpu_gov.boost if cpu_gov else None
+            gpu_preset = gpu_gov.preset if gpu_gov else None
+            ceiling = gpu_gov.compute_clock_ceiling_pct_of_max if gpu_gov else None
+            gpu_watts = cap.cap_watts_per_gpu if cap else None
+            gpu_pct = cap.cap_pct_of_max if cap else None
+            policies = [p.path for p in cpu.policies]
+            steps: dict[str, tuple[Any, Callable[[], ComponentOutcome]]] = {
+                CPU_CAP: (
+                    (watts, pct),
+                    lambda: self.cpu_control.apply_package_cap(
+                        cpu.powercap.zones, watts, pct, hsmp=cpu.powercap.hsmp, reassert=reassert
+                    ),
                 ),
-            ),
-            CPU_GOVERNOR: self._steady(
-                CPU_GOVERNOR,
-                (preset, boost, self.governor_writes),
-                self.cpu_control.apply_preset(
-                    cpu.governor,
-                    policies,
-                    preset,
-                    boost,
-                    enabled=self.governor_writes,
-                    reassert=reassert,
+                CPU_GOVERNOR: (
+                    (preset, boost, self.governor_writes),
+                    lambda: self.cpu_control.apply_preset(
+                        cpu.governor,
+                        policies,
+                        preset,
+                        boost,
+                        enabled=self.governor_writes,
+                        reassert=reassert,
+                    ),
                 ),
-            ),
-            GPU_CAP: self._steady(
-                GPU_CAP,
-                (gpu_watts, gpu_pct),
-                self.gpu_control.apply_cap(gpu, gpu_watts, gpu_pct, reassert=reassert),
-            ),
-            GPU_GOVERNOR: self._steady(
-                GPU_GOVERNOR,
-                (gpu_preset, ceiling, self.governor_writes),
-                self.gpu_control.apply_preset(
-                    gpu, gpu_preset, ceiling, enabled=self.governor_writes, reassert=reassert
+                GPU_CAP: (
+                    (gpu_watts, gpu_pct),
+                    lambda: self.gpu_control.apply_cap(gpu, gpu_watts, gpu_pct, reassert=reassert),
                 ),
-            ),
-        }
-        self._after(outcomes)
-        return outcomes
+                GPU_GOVERNOR: (
+                    (gpu_preset, ceiling, self.governor_writes),
+                    lambda: self.gpu_control.apply_preset(
+                        gpu, gpu_preset, ceiling, enabled=self.governor_writes, reassert=reassert
+                    ),
+                ),
+            }
+            outcomes = {
+                key: self._steady(key, intent, _isolated(key, step))
+                for key, (intent, step) in steps.items()
+            }
+            self._after(outcomes)
+            return outcomes
 
     def restore_all(self) -> Outcomes:
         """Put every setting the agent changed back to its baseline: CPU caps, cpufreq, then the
         GPUs' limits and clocks. A failure on one setting never stops the others; what could
         not be restored stays in the baseline, to be tried again."""
-        cpu_cap, cpu_gov = self.cpu_control.restore_all()
-        gpu = self.gpu if self.gpu is not None else self._discovered()[1]
-        gpu_cap, gpu_gov = self.gpu_control.restore_all(gpu)
-        outcomes = {
-            CPU_CAP: cpu_cap,
-            CPU_GOVERNOR: cpu_gov,
-            GPU_CAP: gpu_cap,
-            GPU_GOVERNOR: gpu_gov,
-        }
-        for key, outcome in outcomes.items():
-            self._last[key] = (None, outcome)
-        self._after(outcomes)
-        return outcomes
+        with self._hardware:
+            cpu: tuple[ComponentOutcome, ComponentOutcome] | None = None
+            try:
+                cpu = self.cpu_control.restore_all()
+            except Exception as exc:
+                log.error("restore.failed", part="cpu", error=repr(exc))
+            gpu_outcomes: tuple[ComponentOutcome, ComponentOutcome] | None = None
+            try:
+                gpu = self.gpu if self.gpu is not None else self._discovered()[1]
+                gpu_outcomes = self.gpu_control.restore_all(gpu)
+            except Exception as exc:
+                log.error("restore.failed", part="gpu", error=repr(exc))
+            failed = ComponentOutcome(ControlResult.ERROR, "restore failed; see the agent's log")
+            outcomes = {
+                CPU_CAP: cpu[0] if cpu else failed,
+                CPU_GOVERNOR: cpu[1] if cpu else failed,
+                GPU_CAP: gpu_outcomes[0] if gpu_outcomes else failed,
+                GPU_GOVERNOR: gpu_outcomes[1] if gpu_outcomes else failed,
+            }
+            for key, outcome in outcomes.items():
+                self._last[key] = (None, outcome)
+            self._after(outcomes)
+            return outcomes
 
     def _steady(self, key: str, intent: Any, outcome: ComponentOutcome) -> ComponentOutcome:
         last = self._last.get(key)
@@ -213,15 +233,18 @@ class HostNode:
 
     def sample_power(self) -> PowerReading:
         """The node's power since the previous sample (TELEMETRY_*_SOURCE=host)."""
-        return self.power.sample(*self._discovered())
+        with self._hardware:
+            return self.power.sample(*self._discovered())
 
     # -- what NodeHardware says ---------------------------------------------------------------
 
     def hardware_status(self) -> dict[str, Any]:
         """NodeHardware.status in wire form, without ``updatedAt``: the discovery, the result of
         the last attempt at the preset in force, and the baselines the agent would restore."""
-        cpu, gpu = self._discovered()
-        status = node_hardware_status(cpu, gpu, self.catalog, self.baseline)
+        with self._hardware:
+            cpu, gpu = self._discovered()
+            status = node_hardware_status(cpu, gpu, self.catalog, self.baseline)
+            entries = self.baseline.entries()
         governor = status.cpu.governor if status.cpu else None
         if status.cpu is not None and governor is not None:
             presets = governor.presets or []
@@ -236,7 +259,7 @@ class HostNode:
                 ]
             governor = governor.model_copy(
                 update={
-                    "baseline": cpu_governor_baseline(self.baseline.entries()) or None,
+                    "baseline": cpu_governor_baseline(entries) or None,
                     "presets": presets or None,
                 }
             )
@@ -246,11 +269,25 @@ class HostNode:
         return status.to_wire()
 
     def close(self) -> None:
+        with self._hardware:
+            self._close()
+
+    def _close(self) -> None:
         if self.nvml is not None:
             try:
                 self.nvml.shutdown()
             except Exception as exc:  # shutting down; nothing else to do about it
                 log.warning("nvml.shutdown_failed", error=str(exc))
+
+
+def _isolated(key: str, step: Callable[[], ComponentOutcome]) -> ComponentOutcome:
+    """``step``'s outcome; an unexpected exception is this component's error, not the pass's:
+    the other components are still brought in line."""
+    try:
+        return step()
+    except Exception as exc:
+        log.error("control.failed", component=key, error=repr(exc))
+        return ComponentOutcome(ControlResult.ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def cpu_governor_baseline(entries: Mapping[str, str | int]) -> dict[str, str]:

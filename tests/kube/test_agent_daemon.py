@@ -198,6 +198,16 @@ def agent_writes(cluster: LocalCluster, pid: int) -> int:
     return count
 
 
+def set_source(cluster: LocalCluster, node: str, source: str | None) -> None:
+    """What the manager writes of a node it plans (None) or no longer plans ("unmanaged")."""
+    with cluster.api() as api:
+        api.patch(
+            f"{TWINS}/{node}/status",
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"status": {"powerMeasurement": {"source": source}}},
+        ).raise_for_status()
+
+
 def baseline_file(tmp: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((tmp / "state" / "baseline.json").read_text())
     return data
@@ -273,11 +283,22 @@ def test_an_unreadable_spec_restores_the_node_until_it_can_be_read(
             "the node's own settings back while the spec cannot be read",
         )
         assert process.metric("joulie_agent_restores_total", reason="stale-spec") == 1
+        # Meanwhile the manager stops planning the node. When the agent can read again, it
+        # goes by the twin as it is now, not by the spec it last saw.
+        set_source(cluster, node, "unmanaged")
         proxy.unblock()
+        passes = process.metric("joulie_agent_passes_total", result="ok")
+        wait_until(
+            lambda: process.metric("joulie_agent_passes_total", result="ok") >= passes + 3,
+            30,
+            "passes with the API server back",
+        )
+        assert changed(root, before) == {}
+        set_source(cluster, node, None)
         wait_until(
             lambda: read(root, LIMIT) == str(CAP_W * 1_000_000),
             60,
-            "the spec back in force once it can be read",
+            "the spec back in force once the node is planned again",
         )
     finally:
         code = process.stop()
@@ -293,12 +314,7 @@ def test_a_node_leaving_the_plan_gets_its_own_settings_back(
     process = agent(cluster, node, kubeconfig(cluster, token, tmp_path / "kc"), root, tmp_path)
     try:
         wait_until(lambda: applied(cluster, node, root), 30, "the eco spec in force")
-        with cluster.api() as api:
-            api.patch(
-                f"{TWINS}/{node}/status",
-                headers={"Content-Type": "application/merge-patch+json"},
-                json={"status": {"powerMeasurement": {"source": "unmanaged"}}},
-            ).raise_for_status()
+        set_source(cluster, node, "unmanaged")
         wait_until(lambda: changed(root, before) == {}, 30, "the node's own settings back")
         wait_until(lambda: control(cluster, node).get("cpu") == "restored", 30, "restored reported")
         assert process.metric("joulie_agent_restores_total", reason="unplanned") >= 1
