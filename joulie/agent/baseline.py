@@ -15,7 +15,9 @@ Restoring writes those values back. Three rules keep the record honest:
   clear message and the agent starts with an empty record: it never stops the agent.
 
 Restoring goes through a writer the caller passes (sysfs for the CPU, NVML for GPUs); an entry is
-dropped only once its value is back.
+dropped only once its value is back. :meth:`Baseline.restore_with` is the form for callers whose
+attempt reports an outcome rather than raising: it returns each outcome and drops the entries a
+predicate says are back.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -47,6 +49,7 @@ STATE_FILE = "baseline.json"
 _FORMAT = 1
 
 BaselineValue = str | int
+_Outcome = TypeVar("_Outcome")
 RestoreWriter = Callable[[str, BaselineValue], None]
 """Puts one recorded value back; raises when the setting is not back at that value."""
 
@@ -168,21 +171,50 @@ class Baseline:
         or the exception the writer raised (the entry stays, to be tried again). Never stops at a
         failure: every other setting is still restored.
         """
-        outcome: dict[str, Exception | None] = {}
-        for key in keys:
-            if key not in self._entries or key in outcome:
-                continue
+
+        def attempt(key: str, value: BaselineValue) -> Exception | None:
             try:
-                writer(key, self._entries[key])
+                writer(key, value)
             except Exception as exc:
-                outcome[key] = exc
                 log.warning("baseline.restore_failed", key=key, error=str(exc))
+                return exc
+            return None
+
+        return self.restore_with(keys, attempt, lambda result: result is None)
+
+    def restore_with(
+        self,
+        keys: Iterable[str],
+        attempt: Callable[[str, BaselineValue], _Outcome],
+        is_back: Callable[[_Outcome], bool],
+    ) -> dict[str, _Outcome]:
+        """Try to put back the baseline of each of ``keys`` that has one, in the order given.
+
+        ``attempt(key, value)`` tries one setting and returns what came of it; ``is_back`` says
+        whether that outcome has the setting at its recorded value. Returns the outcome per key
+        attempted, in order; the entries that are back are dropped (and the record stored once),
+        the others stay, to be tried again. Reporting the outcomes is the caller's. Never stops
+        at a failure: an attempt that raises keeps its entry, is logged, and has no outcome.
+        """
+        outcomes: dict[str, _Outcome] = {}
+        tried: set[str] = set()
+        back: list[str] = []
+        for key in keys:
+            if key not in self._entries or key in tried:
                 continue
-            outcome[key] = None
-            del self._entries[key]
-        if any(result is None for result in outcome.values()):
+            tried.add(key)
+            try:
+                outcome = attempt(key, self._entries[key])
+            except Exception as exc:  # a bug in one attempt must not strand the others
+                log.error("baseline.restore_raised", key=key, error=str(exc), exc_info=True)
+                continue
+            outcomes[key] = outcome
+            if is_back(outcome):
+                back.append(key)
+                del self._entries[key]
+        if back:
             self._persist_quietly()
-        return outcome
+        return outcomes
 
     def restore_all(self, writer: RestoreWriter) -> dict[str, Exception | None]:
         """Restore every entry, the last recorded first (undoing in reverse)."""

@@ -4,7 +4,14 @@ For every board of a :class:`~joulie.agent.gpu_discovery.GpuDiscovery` the inten
 percent of the board's maximum) is resolved with the one cap resolution of
 :func:`joulie.core.caps.effective_cap` against the board's discovered range, clamped into that
 range in the driver's own unit (NVML milliwatts, amdgpu microwatts in whole watts), compared with
-the value in force (nothing is written when they already agree), written, and read back.
+the value in force (nothing is written when they already agree within the tolerance), written,
+and read back. One tolerance, :data:`DEFAULT_TOLERANCE_WATTS` in the driver's unit
+(:func:`tolerance_native`), decides both whether the value in force already is the target and
+whether a read-back is drift, so a driver that rounds what it is given neither drifts nor looks
+changed by another writer at the next pass. Before anything is read or written through NVML, the
+board's index is confirmed to hold the UUID discovery saw
+(:func:`~joulie.agent.gpu_discovery.check_identity`); a board whose UUID is unknown is not
+touched.
 
 Each board gets a :class:`GpuCapResult` whose :class:`GpuCapOutcome` keeps apart what an
 operator acts on differently: applied, applied but not verifiable, drift (the read-back differs
@@ -14,9 +21,12 @@ the others. :class:`joulie.agent.gpu_control.GpuControl` turns these into NodeTw
 ``controlStatus`` values, recording the baseline through ``before_write``, the one step between
 reading the limit in force and writing.
 
-Putting a baseline back is the same operation with the baseline's watts as target, per board
-(:func:`apply_gpu_caps` with a mapping), so it is clamped and verified like any other write.
-Nothing here shells out.
+Putting a baseline back is the same one-board operation, :func:`apply_gpu_cap` with the recorded
+value as target and ``restoring=True``, called by
+:meth:`joulie.agent.gpu_control.GpuControl.restore_cap` for the board whose UUID (amdgpu: PCI
+slot) the baseline key names; it is clamped and verified like any other write. ``restoring`` lets
+through a board discovery blocked only because an earlier write was refused, so a value the
+agent wrote is still put back. Nothing here shells out.
 """
 
 from __future__ import annotations
@@ -27,7 +37,15 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from joulie.agent.amd_gpu import read_cap_uw, write_cap_uw
-from joulie.agent.gpu_discovery import GpuBackendKind, GpuDevice, GpuDiscovery, MonitorOnly
+from joulie.agent.gpu_discovery import (
+    BoardChanged,
+    BoardUnknown,
+    GpuBackendKind,
+    GpuDevice,
+    GpuDiscovery,
+    MonitorOnly,
+    check_identity,
+)
 from joulie.agent.nvml import (
     GpuError,
     GpuLost,
@@ -47,11 +65,15 @@ __all__ = [
     "apply_gpu_cap",
     "apply_gpu_caps",
     "native_unit",
+    "read_limit",
+    "tolerance_native",
 ]
 
 DEFAULT_TOLERANCE_WATTS = 1.0
-"""How far a read-back may be from what was written before it counts as drift: the drivers
-store whole watts (amdgpu) or milliwatts (NVML), so anything beyond a watt is another writer."""
+"""How far two readings of a limit may be apart and still be the same value (the read-back and
+what was written; the limit in force and the target; the limit in force and what the agent last
+wrote): the drivers store whole watts (amdgpu) or milliwatts, sometimes rounded (NVML), so
+anything beyond a watt is another writer."""
 
 
 class GpuCapOutcome(StrEnum):
@@ -97,6 +119,9 @@ class GpuCapResult:
     before_watts: float | None = None
     """The limit in force before, when it could be read."""
     detail: str = ""
+    rediscover: bool = False
+    """The discovery this ran on no longer describes the board: it was lost, its index holds
+    another board, or its UUID is unknown. Discovering again is the remedy."""
 
 
 BeforeWrite = Callable[[int | None, int], "tuple[GpuCapOutcome, str] | None"]
@@ -113,7 +138,8 @@ def apply_gpu_caps(
     tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
 ) -> tuple[GpuCapResult, ...]:
     """Apply ``intent`` to every board (one intent for all), or to the boards a mapping names
-    by index (each its own, as when restoring per-board baselines)."""
+    by index (each its own). Records no baseline: :class:`~joulie.agent.gpu_control.GpuControl`
+    is the caller that does."""
     results = []
     for device in discovery.devices:
         if isinstance(intent, CapIntent):
@@ -136,10 +162,17 @@ def apply_gpu_cap(
     sysfs: Sysfs,
     tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
     before_write: BeforeWrite | None = None,
+    restoring: bool = False,
 ) -> GpuCapResult:
-    """Resolve, clamp, write and verify one board's cap."""
+    """Resolve, clamp, write and verify one board's cap.
+
+    ``restoring``: the intent is the board's recorded baseline, so a board blocked only because
+    an earlier write was refused (:attr:`MonitorOnly.NO_PERMISSION`) is tried all the same.
+    """
     base = GpuCapResult(index=device.index, uuid=device.uuid, outcome=GpuCapOutcome.ERROR)
     why = device.monitor_only
+    if restoring and why is MonitorOnly.NO_PERMISSION:
+        why = None
     if why is None and device.max_watts is None:
         why = MonitorOnly.NO_RANGE
     if why is not None:
@@ -152,8 +185,10 @@ def apply_gpu_cap(
         return replace(base, outcome=GpuCapOutcome.NOT_APPLIED, detail="no usable cap")
     try:
         backend = _backend(device, nvml, sysfs)
+        backend.check_identity()
     except GpuError as exc:
-        return replace(base, outcome=_outcome_of(exc), detail=str(exc))
+        return _failed(base, exc)
+    tolerance = backend.native(tolerance_watts)
     target = backend.clamp(cap.watts)
     target_watts = backend.to_watts(target)
     asked = _asked_watts(intent, high)
@@ -167,37 +202,58 @@ def apply_gpu_cap(
     try:
         before = backend.read()
     except GpuLost as exc:
-        return replace(base, detail=str(exc))
+        return _failed(base, exc)
     except GpuError:
         pass  # a limit that cannot be read can still be set; the read-back will tell
     if before is not None:
         base = replace(base, before_watts=backend.to_watts(before))
-    if before == target:  # already in force: no write
-        return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=target_watts)
+        if abs(before - target) <= tolerance:  # already in force: no write
+            return replace(
+                base, outcome=GpuCapOutcome.APPLIED, read_back_watts=backend.to_watts(before)
+            )
     stop = before_write(before, target) if before_write is not None else None
     if stop is not None:
         return replace(base, outcome=stop[0], detail=stop[1])
     try:
         backend.write(target)
     except GpuError as exc:
-        return replace(base, outcome=_outcome_of(exc), detail=str(exc))
+        return _failed(base, exc)
     base = replace(base, written=True)
     try:
-        after = backend.to_watts(backend.read())
+        after = backend.read()
     except GpuLost as exc:
-        return replace(base, detail=str(exc))
+        return _failed(base, exc)
     except GpuError as exc:
         return replace(
             base, outcome=GpuCapOutcome.APPLIED_UNVERIFIED, detail=f"read-back failed: {exc}"
         )
-    if abs(after - target_watts) > tolerance_watts:
+    after_watts = backend.to_watts(after)
+    if abs(after - target) > tolerance:
         return replace(
             base,
             outcome=GpuCapOutcome.DRIFT,
-            read_back_watts=after,
-            detail=f"wrote {target_watts:g} W, read back {after:g} W",
+            read_back_watts=after_watts,
+            detail=f"wrote {target_watts:g} W, read back {after_watts:g} W",
         )
-    return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=after)
+    return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=after_watts)
+
+
+def read_limit(device: GpuDevice, *, nvml: NvmlAdapter | None, sysfs: Sysfs) -> int | None:
+    """The limit in force on a ranged board, in the driver's unit; None when it cannot be read
+    (or, for an NVIDIA board, when its index no longer holds its UUID)."""
+    if device.max_watts is None:
+        return None
+    try:
+        backend = _backend(device, nvml, sysfs)
+        backend.check_identity()
+        return backend.read()
+    except GpuError:
+        return None
+
+
+def tolerance_native(device: GpuDevice, watts: float = DEFAULT_TOLERANCE_WATTS) -> int:
+    """``watts`` of tolerance in the driver's unit for this board's limit."""
+    return round(watts * native_unit(device))
 
 
 # --- per-vendor native values ------------------------------------------------------------------
@@ -223,6 +279,12 @@ class _Backend:
     def to_watts(self, native: int) -> float:
         return native / self.per_watt
 
+    def native(self, watts: float) -> int:
+        return round(watts * self.per_watt)
+
+    def check_identity(self) -> None:
+        """Raise unless the interface still reaches the board discovery found."""
+
     def read(self) -> int:
         raise NotImplementedError
 
@@ -234,9 +296,14 @@ class _Nvml(_Backend):
     per_watt = 1000
     step = 1
 
-    def __init__(self, nvml: NvmlAdapter, index: int, low: float | None, high: float) -> None:
+    def __init__(
+        self, nvml: NvmlAdapter, device: GpuDevice, low: float | None, high: float
+    ) -> None:
         super().__init__(low, high)
-        self.nvml, self.index = nvml, index
+        self.nvml, self.device, self.index = nvml, device, device.index
+
+    def check_identity(self) -> None:
+        check_identity(self.nvml, self.device)
 
     def read(self) -> int:
         return self.nvml.power_limit_mw(self.index)
@@ -266,7 +333,7 @@ def _backend(device: GpuDevice, nvml: NvmlAdapter | None, sysfs: Sysfs) -> _Back
     if device.backend is GpuBackendKind.NVML:
         if nvml is None:
             raise GpuNotSupported(f"GPU {device.index}: no NVML adapter")
-        return _Nvml(nvml, device.index, device.min_watts, device.max_watts)
+        return _Nvml(nvml, device, device.min_watts, device.max_watts)
     if device.backend is GpuBackendKind.HWMON and device.hwmon is not None:
         return _Hwmon(sysfs, device.hwmon, device.min_watts, device.max_watts)
     raise GpuNotSupported(f"GPU {device.index}: no interface to set its power limit")
@@ -282,6 +349,11 @@ _BLOCKED = {
     MonitorOnly.NO_PERMISSION: GpuCapOutcome.REFUSED,
     MonitorOnly.LOST: GpuCapOutcome.ERROR,
 }
+
+
+def _failed(base: GpuCapResult, exc: GpuError) -> GpuCapResult:
+    rediscover = isinstance(exc, GpuLost | BoardChanged | BoardUnknown)
+    return replace(base, outcome=_outcome_of(exc), detail=str(exc), rediscover=rediscover)
 
 
 def _outcome_of(exc: GpuError) -> GpuCapOutcome:

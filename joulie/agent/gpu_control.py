@@ -6,13 +6,22 @@ board), and restores both. Caps go through the one-board operation of
 :mod:`joulie.agent.gpu_cap`; presets through :class:`~joulie.agent.gpu_governor.GpuGovernor`.
 
 Before the first write to a board's limit, the limit in force is recorded in the
-:class:`~joulie.agent.baseline.Baseline` under ``gpu/<UUID, else index>/power-limit-mw``
-(NVML) or ``gpu/<PCI slot>/power1_cap-uw`` (amdgpu); a limit that cannot be read is not
+:class:`~joulie.agent.baseline.Baseline` under ``gpu/<UUID>/power-limit-mw`` (NVML) or
+``gpu/<PCI slot, else index>/power1_cap-uw`` (amdgpu); a limit that cannot be read is not
 written, since it could not be put back, and nothing is written when the record cannot be
-stored. A limit another writer changed after the agent set it is ``contended`` and left alone
-until ``reassert``. Restoring writes the recorded value through the same clamp and read-back,
-only onto the board of that UUID, and drops the entry once the limit is back. A dry run
-computes and reports, and writes and records nothing.
+stored. An NVIDIA board whose UUID is unknown is not written at all (its own cap could otherwise
+become its baseline once the UUID reads again), nor one whose index no longer holds the UUID
+discovery saw. After a write the driver refused, the entry just recorded is dropped only if the
+board still holds the recorded value. A limit another writer changed after the agent set it is
+``contended`` and left alone until ``reassert``; one tolerance, :data:`DEFAULT_TOLERANCE_WATTS`
+in the driver's unit, says what counts as the same limit throughout. Restoring writes the
+recorded value through the same clamp and read-back, only onto the board of that UUID (also one
+whose earlier write was refused), and drops the entry once the limit is back. A dry run computes
+and reports, and writes and records nothing.
+
+:meth:`GpuControl.needs_rediscovery` tells the caller whether the discovery it passed no longer
+describes the boards (one lost, renumbered, or of unknown identity), as opposed to an error that
+a fresh discovery would not change (a baseline kept for a board that is gone).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from joulie.agent.gpu_cap import (
     apply_gpu_cap,
     apply_gpu_caps,
     native_unit,
+    read_limit,
+    tolerance_native,
 )
 from joulie.agent.gpu_discovery import GpuBackendKind, GpuDevice, GpuDiscovery
 from joulie.agent.gpu_governor import GpuGovernor
@@ -76,10 +87,6 @@ _RESULTS = {
 _IN_FORCE = (GpuCapOutcome.APPLIED, GpuCapOutcome.APPLIED_UNVERIFIED)
 
 
-class _NotBack(Exception):
-    """A restored limit is not at its baseline."""
-
-
 class GpuControl:
     """The power limits and clocks of one node's GPUs, changed with ``baseline`` kept."""
 
@@ -99,11 +106,30 @@ class GpuControl:
         self.governor = GpuGovernor(nvml, sysfs, baseline, dry_run=dry_run)
         self._last_cap: dict[str, int] = {}
         self._refused: set[int] = set()
+        self._discovery: GpuDiscovery | None = None
+        self._rediscover = False
+        self._orphans: set[str] = set()
+        """Cap entries already reported as kept for a board that is not on the node."""
 
     def refused(self) -> frozenset[int]:
         """Indices of the boards whose last cap write was refused for lack of permission; pass
-        them to ``discover_gpus(refused=...)`` so that they are not written again."""
+        them to ``discover_gpus(refused=...)`` so that they are not written again (restoring
+        their baseline is still tried)."""
         return frozenset(self._refused)
+
+    def needs_rediscovery(self) -> bool:
+        """Whether the discovery last passed in no longer describes the boards: a board was lost
+        during a pass, an index held another board than discovery saw, or a board's UUID is
+        unknown (a fresh read may find it). False for errors another discovery would not change,
+        such as a baseline entry kept for a board that is gone. Cleared when another discovery
+        is passed in."""
+        return self._rediscover or self.governor.rediscover
+
+    def _begin(self, discovery: GpuDiscovery) -> None:
+        if discovery is not self._discovery:
+            self._discovery = discovery
+            self._rediscover = False
+            self.governor.rediscover = False
 
     # -- caps ---------------------------------------------------------------------------------
 
@@ -120,6 +146,7 @@ class GpuControl:
         ``reassert``: write again a limit another writer changed since the agent's write
         (otherwise ``contended`` and left alone).
         """
+        self._begin(discovery)
         if effective_cap(watts, pct_of_max, None) is None:
             restored = self.restore_cap(discovery)
             return restored if restored.result is not None else ComponentOutcome(None, "no cap")
@@ -131,14 +158,18 @@ class GpuControl:
     def _cap(self, device: GpuDevice, intent: CapIntent, reassert: bool) -> SettingOutcome:
         setting, per_watt = _unit(device)
         key = gpu_key(device.board_id, setting)
+        tolerance = tolerance_native(device)
         recorded: list[bool] = []
+        seen: list[int] = []
 
         def before_write(before: int | None, target: int) -> tuple[GpuCapOutcome, str] | None:
             if before is None:
                 why = "the limit in force cannot be read, so it could not be put back"
                 return GpuCapOutcome.NOT_APPLIED, f"not written: {why}"
+            seen.append(before)
             last = self._last_cap.get(key)
-            if decide_write(target, before, last, reassert=reassert) is WriteDecision.CONTENDED:
+            decision = decide_write(target, before, last, tolerance=tolerance, reassert=reassert)
+            if decision is WriteDecision.CONTENDED:
                 return GpuCapOutcome.CONTENDED, f"changed by another writer to {before}"
             if self.dry_run:
                 return GpuCapOutcome.NOT_APPLIED, "dry run"
@@ -151,14 +182,20 @@ class GpuControl:
         result = apply_gpu_cap(
             device, intent, nvml=self.nvml, sysfs=self.sysfs, before_write=before_write
         )
+        if result.rediscover:
+            self._rediscover = True
         if result.written:
             self._last_cap[key] = _native(result.target_watts, per_watt) or 0
             self._refused.discard(device.index)
-        elif recorded:  # the write was tried and refused: the board holds the recorded value
-            if recorded[0]:
-                self.baseline.forget([key])
+        elif recorded:  # the write was tried and refused
             if result.outcome is GpuCapOutcome.REFUSED:
                 self._refused.add(device.index)
+            # Drop the entry just recorded only while the board still holds that value: one the
+            # write changed after all must still be put back.
+            if recorded[0]:
+                now = read_limit(device, nvml=self.nvml, sysfs=self.sysfs)
+                if now is not None and abs(now - seen[0]) <= tolerance:
+                    self.baseline.forget([key])
             log.warning("gpu.cap_write_failed", key=key, error=result.detail)
         outcome = _RESULTS[result.outcome]
         if result.outcome is GpuCapOutcome.APPLIED and not result.written:
@@ -167,17 +204,12 @@ class GpuControl:
 
     def restore_cap(self, discovery: GpuDiscovery) -> ComponentOutcome:
         """Put every board's limit the agent changed back to its baseline."""
+        self._begin(discovery)
         keys = [k for k in self.baseline.entries() if _is_cap_key(k)]
-        outcomes: dict[str, SettingOutcome] = {}
-
-        def write(key: str, value: BaselineValue) -> None:
-            outcome = self._restore_cap(discovery, key, value)
-            outcomes[key] = outcome
-            if outcome.result is not ControlResult.RESTORED:
-                raise _NotBack(outcome.detail or outcome.result.value)
-
-        self.baseline.restore(keys, write)
-        return ComponentOutcome.of([outcomes[k] for k in keys if k in outcomes])
+        outcomes = self.baseline.restore_with(
+            keys, lambda key, value: self._restore_cap(discovery, key, value), _is_back
+        )
+        return ComponentOutcome.of(list(outcomes.values()))
 
     def _restore_cap(
         self, discovery: GpuDiscovery, key: str, value: BaselineValue
@@ -186,9 +218,11 @@ class GpuControl:
         device = discovery.board(board)
         if device is None or _unit(device)[0] != setting:
             # Never onto another board: the entry waits for its own.
-            why = f"GPU {board} is not on this node" if device is None else f"it has no {setting}"
-            detail = f"{why}; its baseline is kept"
-            return SettingOutcome(key, ControlResult.ERROR, str(value), detail=detail)
+            if device is None and any(not d.identity_known for d in discovery.devices):
+                # It may be the board whose UUID could not be read: look again.
+                self._rediscover = True
+            return self._orphaned(key, value, board, setting, device)
+        self._orphans.discard(key)
         per_watt = _unit(device)[1]
         try:
             native = int(value)
@@ -204,16 +238,41 @@ class GpuControl:
             nvml=self.nvml,
             sysfs=self.sysfs,
             before_write=before_write,
+            restoring=True,
         )
+        if result.rediscover:
+            self._rediscover = True
+        if result.outcome is GpuCapOutcome.REFUSED and not result.written:
+            self._refused.add(device.index)
         outcome = _RESULTS[result.outcome]
         if result.outcome in _IN_FORCE:
             if _native(result.target_watts, per_watt) == native:
                 outcome = ControlResult.RESTORED
                 self._last_cap.pop(key, None)
+                self._refused.discard(device.index)
             else:  # the range no longer holds the recorded value: clamped, not back
                 outcome = ControlResult.DRIFT
                 result = replace(result, detail=f"{native} is outside the board's range now")
+        if outcome is not ControlResult.RESTORED:
+            log.warning("gpu.cap_not_restored", key=key, result=outcome.value, error=result.detail)
         return _setting_outcome(key, outcome, result, per_watt, target=str(native))
+
+    def _orphaned(
+        self,
+        key: str,
+        value: BaselineValue,
+        board: str,
+        setting: str,
+        device: GpuDevice | None,
+    ) -> SettingOutcome:
+        """An entry whose board is not here: the same error and text at every pass, logged
+        once, and no reason to discover again."""
+        why = f"GPU {board} is not on this node" if device is None else f"it has no {setting}"
+        detail = f"{why}; its baseline is kept"
+        if key not in self._orphans:
+            self._orphans.add(key)
+            log.warning("gpu.baseline_orphaned", key=key, value=value, reason=why)
+        return SettingOutcome(key, ControlResult.ERROR, str(value), detail=detail)
 
     # -- governor presets ---------------------------------------------------------------------
 
@@ -232,6 +291,7 @@ class GpuControl:
         ``enabled`` is GOVERNOR_WRITES: when off, anything the agent changed earlier is restored
         and the result is ``disabled``. No preset restores the baseline.
         """
+        self._begin(discovery)
         if not enabled:
             restored = self.restore_preset(discovery)
             if restored.result is not None:
@@ -248,11 +308,16 @@ class GpuControl:
 
     def restore_preset(self, discovery: GpuDiscovery) -> ComponentOutcome:
         """Put every board's clock setting the agent changed back to its baseline."""
+        self._begin(discovery)
         return ComponentOutcome.of(self.governor.restore(discovery))
 
     def restore_all(self, discovery: GpuDiscovery) -> tuple[ComponentOutcome, ComponentOutcome]:
         """Restore the limits, then the clocks."""
         return self.restore_cap(discovery), self.restore_preset(discovery)
+
+
+def _is_back(outcome: SettingOutcome) -> bool:
+    return outcome.result is ControlResult.RESTORED
 
 
 def _unit(device: GpuDevice) -> tuple[str, int]:

@@ -17,6 +17,11 @@ limits the agent may not read, or whose last cap write was refused for lack of p
 ``power1_cap`` or its maximum, every Intel board, a board that is lost, and NVIDIA boards seen on
 the PCI bus while NVML is unavailable. The node's control is available only when every board can
 be capped, so a manager never counts on a cap that some boards would not honour.
+
+NVML addresses boards by index, and indices can name other boards after a hot-plug or a driver
+reload. Baseline keys name an NVIDIA board by its UUID, so a board whose UUID could not be read
+has no identity to match a baseline against: it is never written (:func:`check_identity`, which
+every NVML write goes through, also confirms that the index still holds the UUID discovery saw).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from joulie.agent.gpu_settings import (
 )
 from joulie.agent.nvml import (
     GpuError,
+    GpuInvalidArgument,
     GpuLost,
     GpuNoPermission,
     GpuNotSupported,
@@ -48,10 +54,14 @@ from joulie.api.nodehardware import GpuCapRange, GpuHardware
 from joulie.hardware.catalog import Catalog
 
 __all__ = [
+    "IDENTITY_UNKNOWN",
+    "BoardChanged",
+    "BoardUnknown",
     "GpuBackendKind",
     "GpuDevice",
     "GpuDiscovery",
     "MonitorOnly",
+    "check_identity",
     "discover_gpus",
     "gpu_hardware_status",
 ]
@@ -60,6 +70,19 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 _NVIDIA_VENDOR = "0x10de"
 _MW_PER_W = 1000.0
 _UW_PER_W = 1_000_000.0
+
+IDENTITY_UNKNOWN = "board identity unknown: not written, as its baseline could not be matched"
+
+
+class BoardUnknown(GpuError):
+    """An NVIDIA board's UUID could not be read, so nothing may be written to it: a baseline
+    recorded under its index could later be taken for another board's, or its own cap for its
+    baseline."""
+
+
+class BoardChanged(GpuError):
+    """The NVML index no longer holds the board discovery found there (boards renumbered after a
+    hot-plug or a driver reload, or the board is gone): discover again before writing."""
 
 
 class GpuBackendKind(StrEnum):
@@ -125,6 +148,14 @@ class GpuDevice:
         return board_id(self.uuid, self.index)
 
     @property
+    def identity_known(self) -> bool:
+        """Whether :attr:`board_id` names this board for sure. An NVML board whose UUID could not
+        be read is named by an index that may be another board's later, so it is neither written
+        nor matched to a baseline entry. A board without a UUID by nature (an amdgpu board whose
+        PCI slot cannot be read) keeps its index: its files are found by its own card."""
+        return self.uuid is not None or self.backend is not GpuBackendKind.NVML
+
+    @property
     def clocks(self) -> ClockBoard:
         """How this board's clocks can be governed (no mechanism: not at all)."""
         mechanism: ClockMechanism | None = None
@@ -165,8 +196,9 @@ class GpuDiscovery:
         return bool(self.devices)
 
     def board(self, board: str) -> GpuDevice | None:
-        """The board a baseline key names, if it is on the node now."""
-        return next((d for d in self.devices if d.board_id == board), None)
+        """The board a baseline key names, if it is on the node now (and known to be that
+        board: never an NVML board whose UUID could not be read)."""
+        return next((d for d in self.devices if d.identity_known and d.board_id == board), None)
 
 
 _T = TypeVar("_T")
@@ -262,6 +294,36 @@ _CLOCKS_BLOCKED = (MonitorOnly.NO_PERMISSION, MonitorOnly.LOST, MonitorOnly.UNAV
 # --- NVIDIA ------------------------------------------------------------------------------------
 
 
+def check_identity(nvml: NvmlAdapter, device: GpuDevice) -> None:
+    """Raise unless ``device`` may be written through NVML now: its UUID is known and its index
+    still answers with that UUID. :class:`BoardUnknown` when the UUID is unknown or unreadable,
+    :class:`BoardChanged` when the index holds another board or none, :class:`GpuLost` when the
+    board stopped answering."""
+    if device.uuid is None:
+        raise BoardUnknown(f"GPU {device.index}: {IDENTITY_UNKNOWN}", index=device.index)
+    try:
+        now = nvml.uuid(device.index)
+    except GpuLost:
+        raise
+    except GpuInvalidArgument as exc:
+        raise BoardChanged(
+            f"GPU {device.uuid} was at index {device.index}, which holds no board now ({exc}): "
+            "not written",
+            index=device.index,
+        ) from None
+    except GpuError as exc:
+        raise BoardUnknown(
+            f"GPU {device.index}: its UUID cannot be read now ({exc}), so {IDENTITY_UNKNOWN}",
+            index=device.index,
+        ) from None
+    if now != device.uuid:
+        raise BoardChanged(
+            f"GPU {device.uuid} was at index {device.index}, which holds {now} now "
+            "(boards renumbered): not written",
+            index=device.index,
+        )
+
+
 def _nvidia_devices(
     nvml: NvmlAdapter | None, sysfs: Sysfs, refused: set[int], warnings: list[str]
 ) -> list[GpuDevice]:
@@ -306,6 +368,8 @@ def _nvml_device(nvml: NvmlAdapter, index: int, refused: bool, warnings: list[st
     if _any(problems, GpuLost):
         return lost
     uuid = read(lambda: nvml.uuid(index))
+    if uuid is None and not _any(problems, GpuLost):
+        warnings.append(f"GPU {index}: UUID unreadable ({problems[-1]}): nothing is written to it")
     limits_problems_from = len(problems)
     constraints = read(lambda: nvml.power_limit_constraints_mw(index))
     limit_problems = problems[limits_problems_from:]

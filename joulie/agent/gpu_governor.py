@@ -15,6 +15,11 @@ started cannot be seen and is reset on restore; that is the price of NVML offeri
 lock the agent writes is reported ``applied-unverified``, and is not written again while this
 process knows it wrote that same lock. An adapter that can read locks back
 (:class:`~joulie.agent.nvml.LockedClocksReader`) is treated like a readable file.
+
+Before anything is read or written through NVML, the board's index is confirmed to hold the UUID
+discovery saw (:func:`~joulie.agent.gpu_discovery.check_identity`); a board whose UUID is unknown
+is not touched. After a write the driver refused, the entry just recorded is dropped only when the
+setting reads as before (or, for a lock NVML cannot read, reads nothing, as before).
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ from dataclasses import replace as _with
 import structlog
 
 from joulie.agent.amd_gpu import read_performance_level, write_performance_level
-from joulie.agent.baseline import Baseline, BaselineError, BaselineValue
-from joulie.agent.gpu_discovery import GpuDevice, GpuDiscovery, MonitorOnly
+from joulie.agent.baseline import Baseline, BaselineError
+from joulie.agent.gpu_discovery import (
+    BoardChanged,
+    BoardUnknown,
+    GpuDevice,
+    GpuDiscovery,
+    MonitorOnly,
+    check_identity,
+)
 from joulie.agent.gpu_settings import (
     CLOCK_SETTINGS,
     LOCKED_CLOCKS_MHZ,
@@ -43,6 +55,7 @@ from joulie.agent.gpu_settings import (
 from joulie.agent.nvml import (
     GpuError,
     GpuInvalidArgument,
+    GpuLost,
     GpuNoPermission,
     GpuNotSupported,
     GpuUnavailable,
@@ -57,6 +70,10 @@ from joulie.core.control import ControlFacts, Failure, WriteDecision, control_re
 __all__ = ["GpuGovernor", "gpu_result"]
 
 log = structlog.get_logger("joulie.agent.gpu_governor")
+
+UNREADABLE_LOCK = "the driver cannot read it back"
+"""The detail of an NVML lock in force that cannot be read, the same at the write and after it,
+so that a steady preset reports the same text at every pass."""
 
 
 def gpu_result(exc: GpuError, facts: ControlFacts | None = None) -> ControlResult:
@@ -79,10 +96,9 @@ class _Setting:
     key: str
     read: Callable[[], str | None]
     write: Callable[[str], None]
-
-
-class _NotBack(Exception):
-    """A restored setting is not at its baseline."""
+    check: Callable[[], None] = lambda: None
+    """Raises when the interface no longer reaches the board discovery found (NVML: index and
+    UUID); called before the setting is read."""
 
 
 class GpuGovernor:
@@ -101,6 +117,15 @@ class GpuGovernor:
         self.baseline = baseline
         self.dry_run = dry_run
         self._last_written: dict[str, str] = {}
+        self._orphans: set[str] = set()
+        """Entries already reported as kept for a board that is not on the node."""
+        self.rediscover = False
+        """A board was found lost, renumbered or of unknown identity (see
+        :meth:`joulie.agent.gpu_control.GpuControl.needs_rediscovery`, which clears it)."""
+
+    def _failed(self, exc: GpuError) -> None:
+        if isinstance(exc, GpuLost | BoardChanged | BoardUnknown):
+            self.rediscover = True
 
     # -- applying -----------------------------------------------------------------------------
 
@@ -136,6 +161,7 @@ class GpuGovernor:
                 gpu_key(device.board_id, LOCKED_CLOCKS_MHZ),
                 lambda: self._read_lock(index),
                 lambda value: self._write_lock(index, value),
+                lambda: check_identity(self._adapter(index), device),
             )
         path = device.performance_level_file
         if mechanism is ClockMechanism.SYSFS and path is not None:
@@ -175,8 +201,10 @@ class GpuGovernor:
     def _set(self, setting: _Setting, target: str, reassert: bool) -> SettingOutcome:
         key = setting.key
         try:
+            setting.check()
             observed = setting.read()
         except GpuError as exc:
+            self._failed(exc)
             return SettingOutcome(key, gpu_result(exc), target, detail=str(exc))
         last = self._last_written.get(key)
         facts = ControlFacts(
@@ -193,10 +221,9 @@ class GpuGovernor:
             if assumed is None and key not in self.baseline:
                 assumed = UNLOCKED
             if assumed == target:
-                if last is not None:
-                    why = "written earlier by the agent; the driver cannot read it back"
+                if last is not None:  # written earlier by the agent: as the write reported it
                     result = ControlResult.APPLIED_UNVERIFIED
-                    return SettingOutcome(key, result, target, detail=why)
+                    return SettingOutcome(key, result, target, detail=UNREADABLE_LOCK)
                 return SettingOutcome(
                     key, ControlResult.EQUIVALENT, target, detail="no lock of the agent's in force"
                 )
@@ -217,19 +244,30 @@ class GpuGovernor:
         try:
             setting.write(target)
         except GpuError as exc:
-            # Refused: the board still holds the value just recorded.
-            if recorded:
+            self._failed(exc)
+            # Refused: forget the entry just recorded only while the setting still reads as it
+            # did, so that a value the write changed after all is still put back.
+            if recorded and self._unchanged(setting, observed):
                 self.baseline.forget([key])
             log.warning("gpu.clock_write_failed", key=key, value=target, error=str(exc))
             return SettingOutcome(key, gpu_result(exc, facts), target, observed, detail=str(exc))
         self._last_written[key] = target
         read_back = self._try_read(setting)
         result = control_result(_with(facts, written=True, read_back=read_back))
-        detail = "" if read_back is not None else "the driver cannot read it back"
+        detail = "" if read_back is not None else UNREADABLE_LOCK
         if result is ControlResult.DRIFT:
             detail = f"wrote {target}, reads {read_back}"
             log.warning("gpu.clock_drift", key=key, wrote=target, reads=read_back)
         return SettingOutcome(key, result, target, observed, read_back, detail)
+
+    @staticmethod
+    def _unchanged(setting: _Setting, observed: str | None) -> bool:
+        """Whether a setting reads as it did before a refused write: the same value, or, for one
+        that could not be read before (NVML locks), still nothing readable."""
+        try:
+            return setting.read() == observed
+        except GpuError:
+            return False
 
     @staticmethod
     def _try_read(setting: _Setting) -> str | None:
@@ -243,32 +281,38 @@ class GpuGovernor:
     def restore(self, discovery: GpuDiscovery) -> list[SettingOutcome]:
         """Put every clock setting the agent changed back on the board it was read from."""
         keys = [k for k in self.baseline.entries() if _is_clock_key(k)]
-        outcomes: dict[str, SettingOutcome] = {}
-
-        def write(key: str, value: BaselineValue) -> None:
-            outcome = self._restore_one(discovery, key, str(value))
-            outcomes[key] = outcome
-            if outcome.result is not ControlResult.RESTORED:
-                raise _NotBack(outcome.detail or outcome.result.value)
-
-        self.baseline.restore(keys, write)
-        return [outcomes[k] for k in keys if k in outcomes]
+        outcomes = self.baseline.restore_with(
+            keys,
+            lambda key, value: self._restore_one(discovery, key, str(value)),
+            lambda outcome: outcome.result is ControlResult.RESTORED,
+        )
+        return list(outcomes.values())
 
     def _restore_one(self, discovery: GpuDiscovery, key: str, value: str) -> SettingOutcome:
         board = (split_gpu_key(key) or ("", ""))[0]
         device = discovery.board(board)
         setting = self._setting(device) if device is not None else None
         if device is None or setting is None or setting.key != key:
-            # Never onto another board: the entry waits for its own.
+            # Never onto another board: the entry waits for its own. The same error and text at
+            # every pass, logged once; another discovery would not change it, unless a board
+            # whose UUID is unknown might be this one.
             why = "its clock interface is gone"
             if device is None:
                 why = f"GPU {board} is not on this node"
+                if any(not d.identity_known for d in discovery.devices):
+                    self.rediscover = True
+            if key not in self._orphans:
+                self._orphans.add(key)
+                log.warning("gpu.baseline_orphaned", key=key, value=value, reason=why)
             detail = f"{why}; its baseline is kept"
             return SettingOutcome(key, ControlResult.ERROR, value, detail=detail)
+        self._orphans.discard(key)
         facts = ControlFacts(restoring=True, target=value, dry_run=self.dry_run)
         try:
+            setting.check()
             observed = setting.read()
         except GpuError as exc:
+            self._failed(exc)
             return SettingOutcome(key, gpu_result(exc, facts), value, detail=str(exc))
         if observed is None and self._last_written.get(key) == value:
             observed = value  # the agent's own last write was the baseline
@@ -280,6 +324,8 @@ class GpuGovernor:
         try:
             setting.write(value)
         except GpuError as exc:
+            self._failed(exc)
+            log.warning("gpu.clock_not_restored", key=key, value=value, error=str(exc))
             return SettingOutcome(key, gpu_result(exc, facts), value, observed, detail=str(exc))
         self._last_written.pop(key, None)
         read_back = self._try_read(setting)

@@ -2,8 +2,11 @@
 governor preset sets them to on one board. Pure: no I/O.
 
 Baseline keys name the board and the unit of the value kept, ``gpu/<board>/<setting>``. The
-board is its UUID (NVML ``GPU-...``; the PCI slot for amdgpu boards), or its index when it has
-none, so that a value is only ever put back on the board it was read from. Settings:
+board is its UUID (NVML ``GPU-...``; the PCI slot for amdgpu boards), so that a value is only
+ever put back on the board it was read from. The index stands in only for a board that has no
+UUID by nature (an amdgpu board whose PCI slot cannot be read, found by its own card's files); an
+NVIDIA board whose UUID could not be read is not written at all, since a baseline under its index
+could later be matched to another board, or its own cap taken for its baseline. Settings:
 
 * ``power-limit-mw``: NVML power management limit, milliwatts.
 * ``power1_cap-uw``: amdgpu hwmon ``power1_cap``, microwatts.
@@ -79,7 +82,8 @@ DEFAULT_CEILING_PCT = 80.0
 
 
 def board_id(uuid: str | None, index: int) -> str:
-    """How a baseline key names a board: its UUID, else its index."""
+    """How a baseline key names a board: its UUID, else its index (see the module's note on
+    boards without a UUID)."""
     return uuid or str(index)
 
 

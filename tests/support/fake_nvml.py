@@ -56,6 +56,8 @@ class FakeGpu:
     """False: the limit can be set but not read back."""
     held_limit_mw: int | None = None
     """Another limiter (a BMC, another tool) that puts the limit back to this after each set."""
+    limit_step_mw: int = 1
+    """The driver keeps the limit rounded to this many mW (1000: whole watts only)."""
     lost: bool = False
     locked_clocks: tuple[int, int] | None = None
 
@@ -76,6 +78,9 @@ class FakeNvml:
     NVML on most drivers, reading them answers NOT_SUPPORTED."""
     fail: dict[tuple[str, int], GpuError] = field(default_factory=dict)
     """(method, index) -> the error that call raises, for one-off refusals."""
+    fail_after: dict[tuple[str, int], GpuError] = field(default_factory=dict)
+    """(set method, index) -> the error that set call raises after it has taken effect (a driver
+    that applies the value and still answers a failure)."""
     calls: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     """Every set call attempted: (method, index, arguments)."""
     initialised: int = 0
@@ -172,7 +177,9 @@ class FakeNvml:
                 f"[{gpu.min_mw}, {gpu.max_mw}]",
                 code=2,
             )
-        gpu.limit_mw = gpu.held_limit_mw if gpu.held_limit_mw is not None else milliwatts
+        kept = round(milliwatts / gpu.limit_step_mw) * gpu.limit_step_mw
+        gpu.limit_mw = gpu.held_limit_mw if gpu.held_limit_mw is not None else kept
+        self._fail_after("set_power_limit_mw", index)
 
     def set_locked_gpu_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
         self.calls.append(("set_locked_gpu_clocks", index, (min_mhz, max_mhz)))
@@ -185,12 +192,14 @@ class FakeNvml:
                 code=2,
             )
         gpu.locked_clocks = (min_mhz, max_mhz)
+        self._fail_after("set_locked_gpu_clocks", index)
 
     def reset_locked_gpu_clocks(self, index: int) -> None:
         self.calls.append(("reset_locked_gpu_clocks", index, ()))
         gpu = self._gpu("reset_locked_gpu_clocks", index)
         self._check_permission(index)
         gpu.locked_clocks = None
+        self._fail_after("reset_locked_gpu_clocks", index)
 
     def set_calls(self, method: str = "set_power_limit_mw") -> list[tuple[int, tuple[int, ...]]]:
         """The (index, arguments) of every attempt of one setter, in order."""
@@ -218,6 +227,10 @@ class FakeNvml:
         if not gpu.limits_supported:
             raise GpuNotSupported(f"GPU {index}: {method}: Not Supported", code=3, index=index)
         return gpu
+
+    def _fail_after(self, method: str, index: int) -> None:
+        if (method, index) in self.fail_after:
+            raise self.fail_after[method, index]
 
     def _check_permission(self, index: int) -> None:
         if not self.can_set:

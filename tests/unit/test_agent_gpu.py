@@ -8,12 +8,13 @@ import errno
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from joulie.agent.gpu_control import CapIntent, GpuCapOutcome, apply_gpu_caps
+from joulie.agent.gpu_control import CapIntent, GpuCapOutcome, apply_gpu_cap, apply_gpu_caps
 from joulie.agent.gpu_discovery import (
     GpuBackendKind,
     GpuDiscovery,
@@ -498,3 +499,61 @@ def test_nvidia_takes_precedence_and_other_vendors_are_named(tree: FakeSysfs) ->
     found = discovered(normal_node(2), tree)
     assert (found.vendor, found.count) == ("nvidia", 2)
     assert any("2 amd GPU(s)" in w for w in found.warnings)
+
+
+# --- board identity, restoring a refused board, tolerance --------------------------------------
+
+
+def test_a_cap_is_not_written_to_an_index_that_holds_another_board(tree: FakeSysfs) -> None:
+    nvml = normal_node(2)
+    found = discovered(nvml, tree)
+    nvml.gpus.reverse()  # renumbered after a driver reload
+    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
+    assert outcomes(results) == [GpuCapOutcome.ERROR] * 2
+    assert all(r.rediscover and "renumbered" in r.detail for r in results)
+    nvml.gpus.pop()  # and then one is gone
+    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
+    assert outcomes(results) == [GpuCapOutcome.ERROR] * 2
+    assert "holds no board" in results[1].detail
+    assert nvml.calls == []
+
+
+def test_a_board_whose_uuid_is_unknown_is_not_written(tree: FakeSysfs) -> None:
+    nvml = normal_node(2)
+    nvml.fail["uuid", 1] = GpuUnavailable("GPU 1: uuid: Unknown Error", code=999)
+    found = discovered(nvml, tree)
+    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
+    assert nvml.set_calls() == [(0, (300_000,))]
+    assert outcomes(results) == [GpuCapOutcome.APPLIED, GpuCapOutcome.ERROR]
+    assert "board identity unknown: not written" in results[1].detail
+    assert [d.identity_known for d in found.devices] == [True, False]
+    assert found.board("1") is None  # an index key never matches it
+
+
+def test_restoring_tries_a_board_blocked_only_by_a_refused_write(tree: FakeSysfs) -> None:
+    nvml = normal_node(1)
+    nvml.gpus[0].limit_mw = 300_000
+    device = discovered(nvml, tree, refused={0}).devices[0]
+    assert device.monitor_only is MonitorOnly.NO_PERMISSION
+    intent = CapIntent(watts=700)
+    blocked = apply_gpu_cap(device, intent, nvml=nvml, sysfs=tree)
+    assert (blocked.outcome, nvml.calls) == (GpuCapOutcome.REFUSED, [])
+    restored = apply_gpu_cap(device, intent, nvml=nvml, sysfs=tree, restoring=True)
+    assert restored.outcome is GpuCapOutcome.APPLIED
+    assert nvml.gpus[0].limit_mw == 700_000
+
+    lost = replace(device, monitor_only=MonitorOnly.LOST)
+    assert apply_gpu_cap(lost, intent, nvml=nvml, sysfs=tree, restoring=True).outcome is (
+        GpuCapOutcome.ERROR
+    )
+    assert len(nvml.set_calls()) == 1
+
+
+def test_a_limit_within_the_tolerance_of_the_target_is_not_written(tree: FakeSysfs) -> None:
+    nvml = normal_node(2)
+    nvml.gpus[0].limit_mw = 300_400  # a driver's rounding of an earlier 300 W
+    nvml.gpus[1].limit_mw = 301_001  # beyond a watt: another value
+    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=300), nvml=nvml, sysfs=tree)
+    assert outcomes(results) == [GpuCapOutcome.APPLIED] * 2
+    assert [r.written for r in results] == [False, True]
+    assert nvml.set_calls() == [(1, (300_000,))]

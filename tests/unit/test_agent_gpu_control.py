@@ -8,11 +8,12 @@ import errno
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
-from joulie.agent.baseline import BOOT_ID_PATH, Baseline
+from joulie.agent.baseline import BOOT_ID_PATH, Baseline, BaselineValue
 from joulie.agent.gpu_control import GpuControl
 from joulie.agent.gpu_discovery import GpuDiscovery, discover_gpus, gpu_hardware_status
-from joulie.agent.nvml import GpuNotSupported, NvmlAdapter
+from joulie.agent.nvml import GpuInvalidArgument, GpuNotSupported, GpuUnavailable, NvmlAdapter
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.api.nodehardware import GpuBaseline
 from joulie.hardware.catalog import Catalog
@@ -497,3 +498,230 @@ def test_a_node_whose_cap_writes_are_refused_is_not_writable(
     governor = gpu_hardware_status(found(nvml, tree, ctl), CATALOG).governor
     assert governor is not None
     assert governor.writable is False
+
+
+# --- board identity, refusals, tolerance, rediscovery ------------------------------------------
+
+
+def test_a_board_whose_uuid_cannot_be_read_is_not_written_so_its_own_cap_never_becomes_baseline(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    nvml.fail["uuid", 0] = GpuUnavailable("GPU 0: uuid: Unknown Error", code=999)
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+    assert gpus.devices[0].uuid is None
+
+    cap = ctl.apply_cap(gpus, 300, None)
+    preset = ctl.apply_preset(gpus, P.LOW, None, enabled=True)
+    assert [index for _, index, _ in nvml.calls] == [1, 1]
+    assert not any(k.startswith("gpu/0/") for k in ctl.baseline.entries())
+    assert [s.result for s in cap.settings] == [R.ERROR, R.APPLIED]
+    assert "board identity unknown: not written" in cap.message
+    assert [s.result for s in preset.settings] == [R.ERROR, R.APPLIED_UNVERIFIED]
+    assert any("UUID unreadable" in w for w in gpus.warnings)
+    assert ctl.needs_rediscovery()  # a fresh read may find the UUID
+
+    # The UUID reads again: the board's own limit is what is recorded, and what comes back.
+    del nvml.fail["uuid", 0]
+    gpus = found(nvml, tree)
+    assert ctl.apply_cap(gpus, 300, None).result is R.APPLIED
+    assert not ctl.needs_rediscovery()
+    assert ctl.baseline.get(key(nvml, 0, "power-limit-mw")) == 700_000
+    assert ctl.restore_cap(gpus).result is R.RESTORED
+    assert limits(nvml) == [700_000, 700_000]
+
+
+def test_a_baseline_is_not_restored_onto_a_board_whose_uuid_cannot_be_read(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    ctl.apply_cap(found(nvml, tree), 300, None)
+    nvml.fail["uuid", 0] = GpuUnavailable("GPU 0: uuid: Unknown Error", code=999)
+
+    outcome = ctl.restore_cap(found(nvml, tree))
+    assert [s.result for s in outcome.settings] == [R.ERROR, R.RESTORED]
+    assert limits(nvml) == [300_000, 700_000]
+    assert list(ctl.baseline.entries()) == [key(nvml, 0, "power-limit-mw")]
+    assert ctl.needs_rediscovery()
+
+
+def test_a_board_whose_cap_write_was_refused_is_still_restored(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    assert ctl.apply_cap(found(nvml, tree), 300, None).result is R.APPLIED
+    nvml.can_set = False  # the agent loses the privilege
+    assert ctl.apply_cap(found(nvml, tree, ctl), 400, None).result is R.REFUSED
+    assert ctl.refused() == {0, 1}
+    assert set(ctl.baseline.entries().values()) == {700_000}
+    refused = found(nvml, tree, ctl)
+    assert not refused.control_available  # monitor-only for new caps
+
+    # Restoring is still tried (the board's own value, clamped and verified)...
+    attempts = len(nvml.set_calls())
+    assert ctl.restore_cap(refused).result is R.REFUSED
+    assert len(nvml.set_calls()) == attempts + 2
+    assert len(ctl.baseline) == 2
+    # ... and once it is allowed again, it succeeds and the boards are no longer refused.
+    nvml.can_set = True
+    assert ctl.restore_cap(found(nvml, tree, ctl)).result is R.RESTORED
+    assert limits(nvml) == [700_000, 700_000]
+    assert len(ctl.baseline) == 0
+    assert ctl.refused() == frozenset()
+    assert found(nvml, tree, ctl).control_available
+
+
+def test_nothing_is_written_to_an_index_that_holds_another_board_now(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    nvml.gpus[1].limit_mw = 650_500
+    ctl = control(nvml, tree, tmp_path / "state")
+    stale = found(nvml, tree)
+    ctl.apply_cap(stale, 300, None)
+    ctl.apply_preset(stale, P.LOW, None, enabled=True)
+    writes = len(nvml.calls)
+    nvml.gpus.reverse()  # a driver reload numbers the boards the other way round
+
+    cap = ctl.apply_cap(stale, 400, None)
+    assert [s.result for s in cap.settings] == [R.ERROR, R.ERROR]
+    assert "renumbered" in cap.message
+    assert ctl.restore_cap(stale).result is R.ERROR
+    assert ctl.restore_preset(stale).result is R.ERROR
+    assert ctl.apply_preset(stale, P.PEAK, None, enabled=True).result is R.ERROR
+    assert len(nvml.calls) == writes  # nothing written to either board
+    assert ctl.needs_rediscovery()
+
+    fresh = found(nvml, tree)
+    cap_back, clocks_back = ctl.restore_all(fresh)
+    assert (cap_back.result, clocks_back.result) == (R.RESTORED, R.RESTORED)
+    assert not ctl.needs_rediscovery()
+    # Each board got its own value back, by UUID, at its new index.
+    assert limits(nvml) == [650_500, 700_000]
+    assert len(ctl.baseline) == 0
+
+
+def test_a_refused_write_that_took_effect_keeps_its_baseline(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    nvml.locks_readable = True
+    failure = GpuInvalidArgument("GPU 0: Unknown Error", code=999)
+    nvml.fail_after["set_power_limit_mw", 0] = failure
+    nvml.fail_after["set_locked_gpu_clocks", 0] = failure
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+
+    assert [s.result for s in ctl.apply_cap(gpus, 300, None).settings] == [R.ERROR, R.APPLIED]
+    assert [s.result for s in ctl.apply_preset(gpus, P.LOW, None, enabled=True).settings] == [
+        R.ERROR,
+        R.APPLIED,
+    ]
+    assert limits(nvml) == [300_000, 300_000]  # the refused write changed the limit after all
+    assert ctl.baseline.get(key(nvml, 0, "power-limit-mw")) == 700_000
+    assert ctl.baseline.get(key(nvml, 0, "locked-clocks-mhz")) == "unlocked"
+
+    nvml.fail_after.clear()
+    cap, clocks = ctl.restore_all(gpus)
+    assert (cap.result, clocks.result) == (R.RESTORED, R.RESTORED)
+    assert limits(nvml) == [700_000, 700_000]
+    assert [g.locked_clocks for g in nvml.gpus] == [None, None]
+
+
+def test_a_refused_write_that_changed_nothing_leaves_no_baseline(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(1)
+    nvml.fail["set_power_limit_mw", 0] = GpuInvalidArgument("Invalid Argument", code=2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    assert ctl.apply_cap(found(nvml, tree), 300, None).result is R.ERROR
+    assert len(ctl.baseline) == 0
+
+
+def test_a_driver_that_rounds_the_limit_is_neither_drift_nor_contended(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(1)
+    nvml.gpus[0].limit_step_mw = 1000  # keeps whole watts
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+    assert ctl.apply_cap(gpus, 300.5, None).result is R.APPLIED
+    assert limits(nvml) == [300_000]
+    for _ in range(2):
+        assert ctl.apply_cap(gpus, 300.5, None).result is R.EQUIVALENT
+    assert len(nvml.set_calls()) == 1
+    # Another writer beyond the tolerance is still contention.
+    nvml.gpus[0].limit_mw = 450_000
+    assert ctl.apply_cap(gpus, 300.5, None).result is R.CONTENDED
+
+
+def test_an_unreadable_lock_reports_the_same_text_at_every_pass(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+    first = ctl.apply_preset(gpus, P.LOW, None, enabled=True)
+    later = [ctl.apply_preset(gpus, P.LOW, None, enabled=True) for _ in range(2)]
+    assert [(o.result, o.message) for o in later] == [(first.result, first.message)] * 2
+    assert len(nvml.set_calls("set_locked_gpu_clocks")) == 2
+
+
+def test_a_baseline_whose_board_is_gone_is_a_stable_error_that_asks_for_no_rediscovery(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    ctl.apply_cap(found(nvml, tree), 300, None)
+    ctl.apply_preset(found(nvml, tree), P.LOW, None, enabled=True)
+    gone = nvml.gpus.pop()
+    gpus = found(nvml, tree)
+
+    with capture_logs() as logs:
+        passes = [ctl.restore_all(gpus) for _ in range(3)]
+    assert [(c.result, g.result) for c, g in passes] == [(R.ERROR, R.ERROR)] * 3
+    assert len({(c.message, g.message) for c, g in passes}) == 1
+    assert gone.uuid in passes[0][0].message
+    assert passes[1] == passes[2]
+    orphaned = [e for e in logs if e["event"] == "gpu.baseline_orphaned"]
+    assert len(orphaned) == 2  # the limit and the lock, once each
+    assert not ctl.needs_rediscovery()
+
+
+def test_a_board_lost_during_a_pass_asks_for_rediscovery_until_a_fresh_one_is_used(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    nvml = normal_node(2)
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+    assert ctl.apply_cap(gpus, 300, None).result is R.APPLIED
+    assert not ctl.needs_rediscovery()
+    nvml.lose(1)
+    assert ctl.apply_cap(gpus, 350, None).result is R.ERROR
+    assert ctl.needs_rediscovery()
+    ctl.apply_preset(gpus, P.LOW, None, enabled=True)
+    assert ctl.needs_rediscovery()
+
+    # Discovery now knows the board is lost: still an error, but nothing more to look for.
+    fresh = found(nvml, tree)
+    assert ctl.apply_cap(fresh, 350, None).result is R.ERROR
+    assert not ctl.needs_rediscovery()
+
+
+def test_restore_with_drops_only_the_entries_that_are_back(tree: FakeSysfs, tmp_path: Path) -> None:
+    baseline = Baseline.load(tmp_path / "state", tree)
+    for name, value in (("a", 1), ("b", 2), ("c", 3), ("d", 4)):
+        baseline.record(name, value)
+
+    def attempt(key: str, value: BaselineValue) -> str:
+        if key == "c":
+            raise RuntimeError("a bug in one attempt")
+        return "back" if key in ("a", "d") else "refused"
+
+    outcomes = baseline.restore_with(["d", "c", "b", "a", "zz", "d"], attempt, "back".__eq__)
+    assert outcomes == {"d": "back", "b": "refused", "a": "back"}
+    assert baseline.entries() == {"b": 2, "c": 3}
+    assert Baseline.load(tmp_path / "state", tree).entries() == {"b": 2, "c": 3}  # stored
