@@ -73,10 +73,6 @@ RAPL_TOLERANCE_UW = 1_000_000
 of the value written counts as the same."""
 
 
-class _NotBack(Exception):
-    """A restored setting reads back something other than its baseline."""
-
-
 def _failure(error: SysfsError) -> Failure:
     if error.kind is ErrorKind.PERMISSION:
         return Failure.PERMISSION
@@ -205,16 +201,12 @@ class CpuControl:
 
     def _back_to_baseline(self, keys: Sequence[str]) -> list[SettingOutcome]:
         """Restore ``keys`` that have a baseline, in the order given."""
-        outcomes: dict[str, SettingOutcome] = {}
-
-        def write(key: str, value: BaselineValue) -> None:
-            outcome = self._restore_one(key, str(value))
-            outcomes[key] = outcome
-            if outcome.result is not ControlResult.RESTORED:
-                raise _NotBack(outcome.detail or outcome.result.value)
-
-        self.baseline.restore(keys, write)
-        return [outcomes[key] for key in keys if key in outcomes]
+        outcomes = self.baseline.restore_with(
+            keys,
+            lambda key, value: self._restore_one(key, str(value)),
+            lambda outcome: outcome.result is ControlResult.RESTORED,
+        )
+        return list(outcomes.values())
 
     def _restore_one(self, key: str, value: str) -> SettingOutcome:
         tolerance = _tolerance(key)

@@ -226,9 +226,11 @@ class HostNode:
         return outcome
 
     def _after(self, outcomes: Mapping[str, ComponentOutcome]) -> None:
-        if any(o.result is ControlResult.ERROR for o in outcomes.values()):
-            # A board that stopped answering, a zone that vanished: look again before the next
-            # pass rather than at the next slow interval.
+        cpu_error = any(outcomes[k].result is ControlResult.ERROR for k in (CPU_CAP, CPU_GOVERNOR))
+        if cpu_error or self.gpu_control.needs_rediscovery():
+            # A zone that vanished, a board that stopped answering or was renumbered: look
+            # again before the next pass rather than at the next slow interval. (A baseline
+            # whose board is gone for good is an error every pass, but no reason to look.)
             self._rediscover = True
 
     def sample_power(self) -> PowerReading:
