@@ -23,8 +23,11 @@ predicate says are back.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import time
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +49,7 @@ log = structlog.get_logger("joulie.agent.baseline")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 STATE_FILE = "baseline.json"
+LOCK_FILE = ".lock"
 _FORMAT = 1
 
 BaselineValue = str | int
@@ -68,6 +72,10 @@ class Baseline:
         self._entries: dict[str, BaselineValue] = {}
         self.note: str | None = None
         """What loading found worth telling (a stale or unreadable file), else None."""
+        self.refusal: str | None = None
+        """Why nothing may be recorded (so nothing may be written), else None: the agent could
+        not tell the node's own values from ones an earlier agent left in force."""
+        self._lock_fd: int | None = None
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -76,8 +84,44 @@ class Baseline:
         """The baseline stored in ``state_dir`` for this boot (empty when there is none)."""
         boot_id = sysfs.try_read(BOOT_ID_PATH) or ""
         baseline = cls(state_dir, boot_id)
+        if not boot_id:
+            baseline.refusal = (
+                f"the boot id ({BOOT_ID_PATH} under the host root) cannot be read, so a value "
+                "an earlier agent left in force cannot be told from the node's own: nothing is "
+                "written"
+            )
+            log.error("baseline.boot_id_unknown", path=str(baseline.path))
         baseline._load()
         return baseline
+
+    def hold(self, wait_s: float) -> None:
+        """Lock the state directory for this process's lifetime, waiting up to ``wait_s`` for
+        an agent still shutting down; when it stays locked, nothing may be recorded: two agents
+        on one node would each take the other's values for the node's own."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            # Persisting will fail the same way and refuse each write with the reason.
+            log.warning("baseline.lock_unavailable", path=str(self.state_dir), error=str(exc))
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    self.refusal = (
+                        f"another agent holds this node's baseline ({self.state_dir}): "
+                        "nothing is written"
+                    )
+                    log.error("baseline.locked", path=str(self.state_dir))
+                    return
+                time.sleep(0.2)
+                continue
+            self._lock_fd = fd
+            return
 
     def _load(self) -> None:
         try:
@@ -92,7 +136,7 @@ class Baseline:
         except ValueError as exc:
             self._set_aside(f"is not a baseline file ({exc})")
             return
-        if stored_boot != self.boot_id:
+        if self.boot_id and stored_boot != self.boot_id:
             # Another boot: firmware and drivers have reset the settings since it was written.
             self.note = (
                 f"discarded the baseline of boot {stored_boot or 'unknown'} "
@@ -108,8 +152,6 @@ class Baseline:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             return
-        if not self.boot_id:
-            log.warning("baseline.boot_id_unknown", path=str(self.path))
         self._entries = entries
         log.info("baseline.reused", path=str(self.path), settings=len(entries))
 
@@ -121,6 +163,12 @@ class Baseline:
         except OSError:
             where = ""
         self.note = f"{self.path} {why}: starting with an empty baseline{where}"
+        # The settings may hold an earlier agent's values, which would now be recorded as the
+        # node's own: this agent changes nothing until an operator has looked.
+        self.refusal = (
+            f"the stored baseline {why} and was set aside{where}; check the node's power "
+            "settings, then restart the agent"
+        )
         log.error("baseline.unreadable", path=str(self.path), problem=why, kept_as=where or None)
 
     # -- the record ---------------------------------------------------------------------------
@@ -146,6 +194,8 @@ class Baseline:
         """
         if key in self._entries:
             return False
+        if self.refusal is not None:
+            raise BaselineError(self.refusal)
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise BaselineError(f"{key}: a baseline is text or an integer, not {value!r}")
         self._entries[key] = value
@@ -233,7 +283,8 @@ class Baseline:
             {"format": _FORMAT, "bootId": self.boot_id, "settings": self._entries},
             indent=1,
         ).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        # Unique even where every container's process is pid 1.
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:

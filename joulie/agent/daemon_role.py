@@ -31,6 +31,9 @@ log = structlog.get_logger("joulie.agent")
 
 FIELD_MANAGER = "joulie-agent"
 WATCH_IDLE_MAX_S = 90.0
+STATE_LOCK_WAIT_S = 30.0
+"""How long a starting agent waits for the previous one (restoring at its SIGTERM) to let go of
+the node's baseline."""
 
 
 def open_nvml() -> NvmlAdapter | None:
@@ -68,8 +71,11 @@ class DaemonRole:
         settings = self.settings
         sysfs = Sysfs(settings.host_root)
         baseline = Baseline.load(settings.state_dir, sysfs)
+        baseline.hold(STATE_LOCK_WAIT_S)
         if baseline.note:
             log.warning("baseline", node=settings.node_name, note=baseline.note)
+        if baseline.refusal:
+            log.error("nothing will be written", node=settings.node_name, reason=baseline.refusal)
         return HostNode(
             sysfs,
             baseline,

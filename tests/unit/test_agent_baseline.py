@@ -125,9 +125,34 @@ def test_a_corrupt_state_file_is_set_aside_with_a_message(
     assert "empty baseline" in baseline.note
     assert STATE_FILE in baseline.note
     assert (state / (STATE_FILE + ".corrupt")).read_text() == contents
-    # It keeps working.
-    assert baseline.record(LIMIT, "165000000") is True
-    assert Baseline.load(state, tree).get(LIMIT) == "165000000"
+    # The settings may hold an earlier agent's values, which would be recorded as the node's
+    # own: nothing is written until an operator has looked (and restarted the agent).
+    with pytest.raises(BaselineError, match="check the node's power settings"):
+        baseline.record(LIMIT, "165000000")
+    restarted = Baseline.load(state, tree)
+    assert restarted.refusal is None
+    assert restarted.record(LIMIT, "165000000") is True
+
+
+def test_without_a_boot_id_nothing_is_recorded_and_a_stored_baseline_is_kept(
+    tree: FakeSysfs, state: Path
+) -> None:
+    Baseline.load(state, tree).record(LIMIT, "165000000")
+    tree.put(BOOT_ID_PATH, "")  # /proc not mounted where the agent looks
+    blind = Baseline.load(state, tree)
+    assert blind.get(LIMIT) == "165000000"  # still restorable
+    with pytest.raises(BaselineError, match="boot id"):
+        blind.record(GOVERNOR, "powersave")
+
+
+def test_one_agent_at_a_time_holds_a_nodes_baseline(tree: FakeSysfs, state: Path) -> None:
+    first = Baseline.load(state, tree)
+    first.hold(0)
+    assert first.refusal is None
+    second = Baseline.load(state, tree)
+    second.hold(0.3)
+    with pytest.raises(BaselineError, match="another agent holds"):
+        second.record(LIMIT, "165000000")
 
 
 def test_the_state_file_is_replaced_whole_never_written_in_place(
@@ -165,7 +190,7 @@ def test_the_state_file_is_replaced_whole_never_written_in_place(
         baseline.record("/sys/devices/system/cpu/intel_pstate/no_turbo", "0")
     assert (state / STATE_FILE).read_text() == before_failure
     assert json.loads(before_failure)["settings"] == {LIMIT: "165000000", GOVERNOR: "powersave"}
-    assert sorted(p.name for p in state.iterdir()) == [STATE_FILE]
+    assert sorted(p.name for p in state.iterdir() if p.suffix == ".tmp") == []
     assert "/sys/devices/system/cpu/intel_pstate/no_turbo" not in baseline
     assert good != before_failure
 
