@@ -20,6 +20,7 @@ import yaml
 
 from hack.cluster.runner import NAMESPACE, LocalCluster
 from joulie.api import keys
+from tests.support.tokens import pod_bound_token
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kube
@@ -54,39 +55,11 @@ def agent_on_a(cluster: LocalCluster) -> Iterator[httpx.Client]:
                     "spec": {"nodeName": name, "profile": "eco"},
                 },
             )
-        pod = api.post(
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            json={
-                "metadata": {"name": "conf-agent"},
-                "spec": {
-                    "nodeName": "conf-a",
-                    "serviceAccountName": "joulie-agent",
-                    "containers": [{"name": "agent", "image": "example.com/joulie:1"}],
-                },
-            },
-        )
-        pod.raise_for_status()
-        token = api.post(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/joulie-agent/token",
-            json={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": 600,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": "conf-agent",
-                        "uid": pod.json()["metadata"]["uid"],
-                    },
-                },
-            },
-        )
-        token.raise_for_status()
+        token = pod_bound_token(api, "conf-agent", "conf-a", ttl_s=600)
     client = httpx.Client(
         base_url=cluster.server,
         verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token.json()['status']['token']}"},
+        headers={"Authorization": f"Bearer {token}"},
         timeout=30,
     )
     try:

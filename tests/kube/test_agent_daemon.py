@@ -24,6 +24,7 @@ from joulie.api import keys
 from tests.support.processes import RoleProcess
 from tests.support.sysfs_trees import intel_xeon_8260
 from tests.support.tcp_proxy import BackgroundProxy
+from tests.support.tokens import pod_bound_token
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kube
@@ -100,36 +101,7 @@ def node(cluster: LocalCluster) -> Iterator[str]:
 def token(cluster: LocalCluster, node: str) -> str:
     """A token of joulie-agent bound to an agent pod on ``node``, as the DaemonSet's pod has."""
     with cluster.api() as api:
-        pod = api.post(
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            json={
-                "metadata": {"name": f"agent-{node}"},
-                "spec": {
-                    "nodeName": node,
-                    "serviceAccountName": "joulie-agent",
-                    "containers": [{"name": "agent", "image": "example.com/joulie:1"}],
-                },
-            },
-        )
-        pod.raise_for_status()
-        answer = api.post(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/joulie-agent/token",
-            json={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": 3600,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": f"agent-{node}",
-                        "uid": pod.json()["metadata"]["uid"],
-                    },
-                },
-            },
-        )
-        answer.raise_for_status()
-    return str(answer.json()["status"]["token"])
+        return pod_bound_token(api, f"agent-{node}", node)
 
 
 def kubeconfig(cluster: LocalCluster, token: str, path: Path, port: int | None = None) -> Path:
