@@ -405,10 +405,23 @@ class LocalCluster:
             config["extenders"] = self.scheduler_extenders
         return config
 
-    def _scheduler(self) -> Component:
-        port = self.ports["scheduler"]
+    def use_extender(self, url_prefix: str | None, timeout: float = 120) -> None:
+        """Restart kube-scheduler calling the Joulie extender at ``url_prefix``, configured as
+        the project's manifest configures it (manifests/extender/
+        kube-scheduler-config.example.yaml); None restarts it without extenders."""
+        self.scheduler_extenders = [] if url_prefix is None else [manifest_extender(url_prefix)]
+        self.stop_component("scheduler")
+        self._write_scheduler_config()
+        self.start_component("scheduler", timeout)
+
+    def _write_scheduler_config(self) -> Path:
         path = self.work_dir / "scheduler-config.yaml"
         path.write_text(yaml.safe_dump(self.scheduler_config(), sort_keys=False))
+        return path
+
+    def _scheduler(self) -> Component:
+        port = self.ports["scheduler"]
+        path = self._write_scheduler_config()
         return Component(
             "scheduler",
             [
@@ -625,6 +638,19 @@ class LocalCluster:
                     example = sorted(missing)[:5]
                     raise ClusterError(f"{len(missing)} nodes not Ready, e.g. {example}")
                 time.sleep(0.5)
+
+
+EXTENDER_CONFIG = (
+    Path(__file__).resolve().parents[2] / "manifests/extender/kube-scheduler-config.example.yaml"
+)
+
+
+def manifest_extender(url_prefix: str) -> dict[str, Any]:
+    """The Joulie entry of the manifest's KubeSchedulerConfiguration, pointed at ``url_prefix``
+    (a local extender instead of the in-cluster Service)."""
+    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
+    (extender,) = config["extenders"]
+    return {**extender, "urlPrefix": url_prefix}
 
 
 def _audit_policy() -> dict[str, Any]:

@@ -24,6 +24,9 @@ WORKLOAD_CLASS_ANNOTATION: Final = "joulie.io/workload-class"
 POWER_PROFILE_LABEL: Final = "joulie.io/power-profile"
 # Node label an operator sets to "true" to keep a node out of Joulie's plan.
 RESERVED_LABEL: Final = "joulie.io/reserved"
+# The controller manager's leader-election Lease (in its namespace): whoever trusts its twins
+# (the extender) checks that it is renewed.
+MANAGER_LEASE: Final = "joulie-manager"
 # Node label that opts a node into Joulie (the default NODE_SELECTOR).
 MANAGED_LABEL: Final = "joulie.io/managed"
 # Node annotation by which the KWOK controller picks the nodes it fakes, and its value.

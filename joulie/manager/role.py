@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from joulie.api import keys
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
 from joulie.kube.connection import ClusterConnector
@@ -40,7 +41,7 @@ from joulie.manager.settings import ManagerSettings
 from joulie.manager.twin_status import TwinTracker
 
 FIELD_MANAGER = "joulie-manager"
-LEASE_NAME = "joulie-manager"
+LEASE_NAME = keys.MANAGER_LEASE
 DEFAULT_NAMESPACE = "joulie-system"
 
 
