@@ -350,11 +350,18 @@ def twin_is_fresh(
 
     Times are seconds on one clock (for example epoch seconds of the Lease's renewTime).
     """
-    if lease_renewed_at is None or lease_duration_s is None:
+    return lease_is_current(lease_renewed_at, lease_duration_s, now) and not measurement_failed(
+        source
+    )
+
+
+def lease_is_current(renewed_at: float | None, duration_s: float | None, now: float) -> bool:
+    """The manager's half of :func:`twin_is_fresh`, the same for every twin: its Lease was
+    renewed within its duration. (A reader checks it once per request and the twin's own half
+    when the twin changes.)"""
+    if renewed_at is None or duration_s is None:
         return False
-    if now - lease_renewed_at > lease_duration_s:
-        return False
-    return not measurement_failed(source)
+    return now - renewed_at <= duration_s
 
 
 # --- trend ---------------------------------------------------------------------------------

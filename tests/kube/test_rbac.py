@@ -50,13 +50,25 @@ def granted(role: str) -> set[tuple[str, str, str, str, str]]:
                 and name in rule["resources"]
                 and verb in rule["verbs"]
                 and (scope is None or scope == ns)
+                # A rule for named objects grants nothing on the unnamed probes.
+                and not rule.get("resourceNames")
             ):
                 allowed.add((verb, *target))
     return allowed
 
 
-def can(client: httpx.Client, verb: str, group: str, resource: str, sub: str, ns: str) -> bool:
+def can(
+    client: httpx.Client,
+    verb: str,
+    group: str,
+    resource: str,
+    sub: str,
+    ns: str,
+    name: str = "",
+) -> bool:
     attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": resource}
+    if name:
+        attributes["name"] = name
     if sub:
         attributes["subresource"] = sub
     if ns:
@@ -101,6 +113,12 @@ def test_what_matters_most(cluster: LocalCluster) -> None:
     with role_client(cluster, "extender") as extender:
         assert not can(extender, "patch", "", "nodes", "", "")
         assert can(extender, "list", "joulie.io", "nodetwins", "", "")
+        # The manager's Lease, and no other: its watch is field-selected by that name.
+        lease = ("coordination.k8s.io", "leases", "", NAMESPACE)
+        for verb in ("get", "list", "watch"):
+            assert can(extender, verb, *lease, name="joulie-manager")
+        assert not can(extender, "get", *lease, name="kube-scheduler")
+        assert not can(extender, "update", *lease, name="joulie-manager")
     with role_client(cluster, "agent") as agent:
         assert not can(agent, "patch", "joulie.io", "nodetwins", "", "")
         assert can(agent, "patch", "joulie.io", "nodetwins", "status", "")
