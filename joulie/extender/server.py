@@ -1,0 +1,437 @@
+"""The extender's HTTP server: kube-scheduler's filter and prioritize calls, a readiness probe
+and a debug view of one node's score.
+
+kube-scheduler waits for the extender on every scheduling cycle, so the server never makes it wait
+for long and never answers its calls with a 5xx. A body it could not have sent gets 400 with the
+reason; a body over EXTENDER_MAX_BODY_BYTES gets 413; a body that does not arrive within
+EXTENDER_REQUEST_TIMEOUT gets 408 (with ``ignorable: true``, kube-scheduler then goes on without
+the extender). Once the body is read, the extender answers 200 whatever happens: when the time
+limit is already spent, or the placement fails or breaks its contract, filter passes every node
+and prioritize scores every node alike (an "Error" in a filter answer would fail the pod's
+scheduling attempt). The placement is called inline on the event loop: its work is microseconds
+to milliseconds of CPU and needs no thread.
+
+Routes:
+
+- ``POST /filter``, ``POST /prioritize``: ExtenderArgs in, ExtenderFilterResult /
+  HostPriorityList out (``joulie.extender.wire``).
+- ``GET /readyz``: 200 when the placement is ready, else 503 (a probe on the extender's own port).
+- ``GET /debug/score?node=NAME``: the placement's score terms for one node, as JSON. The pod is
+  the JSON body (a v1.Pod, as ``kubectl get pod -o json`` prints it; POST works too, for clients
+  that cannot send a GET body) or, without a body, one made up from the query:
+  ``class=performance|standard`` (default standard), ``cpu=4``, ``memory=16Gi`` (requests, as
+  Kubernetes quantities) and ``gpus=1`` (nvidia.com/gpu).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import structlog
+from aiohttp import web
+
+from joulie.api.enums import WorkloadClass
+from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
+from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.extender import wire
+from joulie.extender.metrics import Outcome, Verb, record
+from joulie.extender.settings import ExtenderSettings
+from joulie.settings import format_duration, split_address
+
+log = structlog.get_logger("joulie.extender")
+
+NEUTRAL_SCORE: Final = wire.MIN_SCORE
+"""The score of every node when the extender cannot decide: equal scores leave the ranking to
+kube-scheduler's plugins, as if the extender had not answered."""
+REPEAT_LOG_INTERVAL: Final = 600.0
+"""A failure already logged is logged again (with how often it recurred) at most this often."""
+_MAX_FAILURE_KEYS: Final = 1000
+
+
+class Placement(Protocol):
+    """The decisions behind the HTTP face; every method is synchronous and quick."""
+
+    def ready(self) -> bool:
+        """Whether the caches the decisions read are synced."""
+
+    def filter(
+        self,
+        pod: Mapping[str, Any],
+        nodes: Sequence[str],
+        labels: Mapping[str, Mapping[str, str]] | None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """The nodes the pod may run on (any order; answered in the request's order) and a reason
+        for each one it may not. ``labels`` holds each node's labels when kube-scheduler sent
+        whole Node objects, None when it sent names only."""
+
+    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> list[int]:
+        """A score from 0 to 10 for each node, in the order of ``nodes``."""
+
+    def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+        """The terms of the pod's score on the node, for people (JSON-serialisable)."""
+
+
+class TlsError(Exception):
+    """The TLS certificate or key cannot be used; the message names the variables."""
+
+
+def tls_context(settings: ExtenderSettings) -> ssl.SSLContext | None:
+    """The server-side TLS context of EXTENDER_TLS_CERT_FILE / _KEY_FILE; None for plain HTTP."""
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(settings.extender_tls_cert_file, settings.extender_tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsError(
+            f"EXTENDER_TLS_CERT_FILE={settings.extender_tls_cert_file!r} and "
+            f"EXTENDER_TLS_KEY_FILE={settings.extender_tls_key_file!r} cannot be used: {exc}"
+        ) from None
+    return context
+
+
+# --- failure reports ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Seen:
+    logged_at: float
+    since: int = 0
+
+
+@dataclass
+class FailureLog:
+    """One log line per distinct failure; a recurrence is only counted, and reported with its
+    count at most every ``REPEAT_LOG_INTERVAL``."""
+
+    clock: Callable[[], float]
+    seen: dict[tuple[str, ...], _Seen] = field(default_factory=dict)
+
+    def report(self, key: tuple[str, ...], event: str, **fields: Any) -> None:
+        now = self.clock()
+        entry = self.seen.get(key)
+        if entry is None:
+            if len(self.seen) >= _MAX_FAILURE_KEYS:
+                return  # still counted in the metrics; the log stays bounded
+            self.seen[key] = _Seen(now)
+            log.warning(event, **fields)
+            return
+        entry.since += 1
+        if now - entry.logged_at >= REPEAT_LOG_INTERVAL:
+            log.warning(event, repeated=entry.since, **fields)
+            entry.logged_at, entry.since = now, 0
+
+    def internal(self, what: str, exc: BaseException, **fields: Any) -> None:
+        """An unexpected exception: distinct by its type and the line that raised it, whatever
+        its message says (messages name pods and nodes)."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        self.report(
+            (what, type(exc).__name__, where),
+            "unexpected error; answered without a decision",
+            call=what,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+            **fields,
+        )
+
+
+# --- answers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    outcome: Outcome
+    nodes: int | None = None
+    content_type: str = "application/json"
+
+
+def _text(status: int, outcome: Outcome, reason: str) -> _Answer:
+    return _Answer(status, (reason + "\n").encode(), outcome, content_type="text/plain")
+
+
+class _Refused(Exception):
+    def __init__(self, answer: _Answer) -> None:
+        self.answer = answer
+
+
+def _filter_body(args: wire.ExtenderArgs, passing: Any, failed: Any) -> bytes:
+    """The placement's filter decision, checked against its contract."""
+    keep = list(passing)
+    if not all(isinstance(name, str) for name in keep):
+        raise TypeError("filter returned a node name that is not a string")
+    reasons = dict(failed)
+    known = set(args.names)
+    stray = set(reasons).difference(known)
+    if stray:
+        raise ValueError(f"failed nodes not in the request: {sorted(stray)[:5]}")
+    kept = set(keep)
+    both = kept.intersection(reasons)
+    if both:
+        raise ValueError(f"nodes both passing and failed: {sorted(both)[:5]}")
+    if not all(isinstance(reason, str) for reason in reasons.values()):
+        raise TypeError("filter returned a reason that is not a string")
+    # Every node left out gets a reason: kube-scheduler shows them in FailedScheduling events.
+    for name in args.names:
+        if name not in kept and name not in reasons:
+            reasons[name] = "filtered out by the Joulie extender"
+    return wire.filter_response(args, keep, reasons)
+
+
+def debug_pod(query: Mapping[str, str]) -> dict[str, Any]:
+    """A minimal pod from the debug view's query (class, cpu, memory, gpus); WireError if bad."""
+    unknown = set(query).difference({"node", "class", "cpu", "memory", "gpus"})
+    if unknown:
+        raise wire.WireError(
+            f"unknown query parameter(s) {', '.join(sorted(unknown))}; "
+            "accepted: node, class, cpu, memory, gpus"
+        )
+    workload = query.get("class", WorkloadClass.STANDARD.value)
+    if workload not in {c.value for c in WorkloadClass}:
+        raise wire.WireError(f"class={workload!r}: expected performance or standard")
+    requests: dict[str, str] = {}
+    for name in ("cpu", "memory"):
+        if name in query:
+            try:
+                if parse_quantity(query[name]) < 0:
+                    raise QuantityError("negative")
+            except QuantityError:
+                raise wire.WireError(
+                    f"{name}={query[name]!r}: expected a Kubernetes quantity such as 4 or 16Gi"
+                ) from None
+            requests[name] = query[name]
+    limits: dict[str, str] = {}
+    if "gpus" in query:
+        gpus = query["gpus"]
+        if not (gpus.isascii() and gpus.isdigit()):
+            raise wire.WireError(f"gpus={gpus!r}: expected a whole number of GPUs")
+        if int(gpus):
+            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(int(gpus))
+    return {
+        "metadata": {
+            "name": "debug",
+            "namespace": "default",
+            "annotations": {WORKLOAD_CLASS_ANNOTATION: workload},
+        },
+        "spec": {
+            "containers": [{"name": "debug", "resources": {"requests": requests, "limits": limits}}]
+        },
+    }
+
+
+# --- the application ---------------------------------------------------------------------------
+
+
+def extender_app(
+    placement: Placement,
+    settings: ExtenderSettings,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    """The extender's routes over ``placement``; ``clock`` (seconds) times each request."""
+    limit_s = settings.extender_request_timeout
+    max_body = settings.extender_max_body_bytes
+    failures = FailureLog(clock)
+
+    async def read_args(request: web.Request, verb: Verb, started: float) -> wire.ExtenderArgs:
+        body = await read_body(request, started, limit_s)
+        try:
+            return wire.parse_args(body)
+        except wire.WireError as exc:
+            failures.report(
+                (verb.value, "bad_request"),
+                "refused a malformed request",
+                verb=verb.value,
+                reason=exc.reason,
+            )
+            raise _Refused(_text(400, Outcome.BAD_REQUEST, exc.reason)) from None
+        except Exception as exc:  # a bug in the reading must not become a 500
+            failures.internal(verb.value, exc)
+            reason = f"body could not be read: {type(exc).__name__}: {exc}"
+            raise _Refused(_text(400, Outcome.INTERNAL_ERROR, reason)) from None
+
+    async def read_body(request: web.Request, started: float, within: float | None) -> bytes:
+        length = request.content_length
+        if length is not None and length > max_body:
+            raise _Refused(too_large())
+        try:
+            remaining = None if within is None else max(within - (clock() - started), 0.0)
+            async with asyncio.timeout(remaining):
+                return await request.read()
+        except TimeoutError:
+            reason = f"body not received within EXTENDER_REQUEST_TIMEOUT={format_duration(limit_s)}"
+            raise _Refused(_text(408, Outcome.TIMEOUT, reason)) from None
+        except web.HTTPRequestEntityTooLarge:
+            raise _Refused(too_large()) from None
+        except Exception as exc:  # the sender went away or broke its framing mid-body
+            reason = f"body could not be read: {type(exc).__name__}: {exc}"
+            raise _Refused(_text(400, Outcome.BAD_REQUEST, reason)) from None
+
+    def too_large() -> _Answer:
+        reason = f"body larger than EXTENDER_MAX_BODY_BYTES ({max_body} bytes)"
+        return _text(413, Outcome.TOO_LARGE, reason)
+
+    def overdue(verb: Verb, args: wire.ExtenderArgs, started: float) -> bool:
+        """Whether the time limit was spent before the placement could be asked."""
+        elapsed = clock() - started
+        if elapsed <= limit_s:
+            return False
+        failures.report(
+            (verb.value, "timeout"),
+            "request time limit spent before deciding; answering without the placement",
+            verb=verb.value,
+            nodes=len(args.names),
+            elapsed_s=round(elapsed, 3),
+            limit_s=limit_s,
+        )
+        return True
+
+    def decided(verb: Verb, started: float, nodes: int) -> Outcome:
+        """OK, or LATE when the decision came after the time limit (it is answered all the same:
+        it is the better answer, and kube-scheduler may still be waiting for it)."""
+        elapsed = clock() - started
+        if elapsed <= limit_s:
+            return Outcome.OK
+        failures.report(
+            (verb.value, "late"),
+            "placement decided after the request time limit",
+            verb=verb.value,
+            nodes=nodes,
+            elapsed_s=round(elapsed, 3),
+            limit_s=limit_s,
+        )
+        return Outcome.LATE
+
+    async def filter_nodes(request: web.Request, started: float) -> _Answer:
+        args = await read_args(request, Verb.FILTER, started)
+        count = len(args.names)
+        if overdue(Verb.FILTER, args, started):
+            return _Answer(200, wire.pass_all_response(args), Outcome.TIMEOUT, count)
+        try:
+            passing, failed = placement.filter(args.pod, args.names, args.labels)
+            body = _filter_body(args, passing, failed)
+        except Exception as exc:
+            failures.internal(Verb.FILTER.value, exc, nodes=count)
+            return _Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
+        return _Answer(200, body, decided(Verb.FILTER, started, count), count)
+
+    async def prioritize(request: web.Request, started: float) -> _Answer:
+        args = await read_args(request, Verb.PRIORITIZE, started)
+        count = len(args.names)
+        neutral = [NEUTRAL_SCORE] * count
+        if overdue(Verb.PRIORITIZE, args, started):
+            body = wire.prioritize_response(args.names, neutral)
+            return _Answer(200, body, Outcome.TIMEOUT, count)
+        try:
+            scores = list(placement.prioritize(args.pod, args.names))
+            body = wire.prioritize_response(args.names, scores)
+        except Exception as exc:
+            failures.internal(Verb.PRIORITIZE.value, exc, nodes=count)
+            body = wire.prioritize_response(args.names, neutral)
+            return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
+        return _Answer(200, body, decided(Verb.PRIORITIZE, started, count), count)
+
+    async def debug_score(request: web.Request, started: float) -> _Answer:
+        node = request.query.get("node", "")
+        if not node:
+            return _text(400, Outcome.BAD_REQUEST, "give the node as ?node=NAME")
+        body = await read_body(request, started, None)
+        try:
+            if body.strip():
+                if set(request.query) != {"node"}:
+                    raise wire.WireError("give the pod as a JSON body or as query parameters")
+                pod = wire.parse_pod(body)
+            else:
+                pod = debug_pod(request.query)
+        except wire.WireError as exc:
+            return _text(400, Outcome.BAD_REQUEST, exc.reason)
+        try:
+            terms = placement.explain(pod, node)
+            answer = json.dumps(
+                {"node": node, "pod": _pod_key(pod), "terms": terms}, indent=2, default=str
+            )
+        except Exception as exc:
+            failures.internal(Verb.DEBUG_SCORE.value, exc, node=node)
+            reason = f"cannot explain {node}: {type(exc).__name__}: {exc}"
+            return _text(500, Outcome.INTERNAL_ERROR, reason)
+        return _Answer(200, (answer + "\n").encode(), Outcome.OK)
+
+    def handler(
+        verb: Verb, answer: Callable[[web.Request, float], Awaitable[_Answer]]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            started = clock()
+            try:
+                result = await answer(request, started)
+            except _Refused as refused:
+                result = refused.answer
+            except asyncio.CancelledError:  # aiohttp cancels a handler whose caller hung up
+                record(verb, Outcome.ABANDONED, clock() - started)
+                raise
+            record(verb, result.outcome, clock() - started, result.nodes)
+            return web.Response(
+                status=result.status, body=result.body, content_type=result.content_type
+            )
+
+        return handle
+
+    async def readyz(_: web.Request) -> web.Response:
+        try:
+            ready = placement.ready()
+        except Exception as exc:
+            failures.internal("readyz", exc)
+            ready = False
+        if ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")
+
+    app = web.Application(client_max_size=max_body)
+    app.router.add_post("/filter", handler(Verb.FILTER, filter_nodes))
+    app.router.add_post("/prioritize", handler(Verb.PRIORITIZE, prioritize))
+    app.router.add_get("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
+    app.router.add_post("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ""
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+async def serve(
+    app: web.Application,
+    settings: ExtenderSettings,
+    stopping: asyncio.Event,
+    *,
+    on_listening: Callable[[list[Any]], None] | None = None,
+) -> None:
+    """Serve ``app`` on EXTENDER_ADDR (HTTPS when the TLS files are set) until ``stopping`` is
+    set. ``on_listening`` gets the bound socket addresses once the port is open. TlsError when
+    the certificate or key cannot be used; OSError when the address cannot be bound."""
+    context = tls_context(settings)
+    # In-flight calls are short; on shutdown they get their own time limit to finish.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.extender_request_timeout)
+    await runner.setup()
+    try:
+        host, port = split_address(settings.extender_addr)
+        site = web.TCPSite(runner, host or None, port, ssl_context=context)
+        await site.start()
+        log.info("serving", address=settings.extender_addr, tls=context is not None)
+        if on_listening is not None:
+            on_listening(list(runner.addresses))
+        await stopping.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,262 @@
+"""kube-scheduler's extender wire format (k8s.io/kube-scheduler/extender/v1), read and written.
+
+The extender types carry no JSON tags, so their keys are the Go field names ("Pod", "NodeNames",
+"FailedNodes", "Host", ...) and nil fields travel as ``null``. Go decodes keys without regard to
+case, so a lowercase "nodenames" means the same as "NodeNames", and when two keys fold to the same
+field the later one wins; the reading here does the same. The embedded Pod and Node objects are
+ordinary Kubernetes JSON and are kept exactly as sent: the pod goes to the placement untouched and
+filter echoes the surviving Node items unchanged.
+
+kube-scheduler sends node names when the extender is configured ``nodeCacheCapable: true`` and
+full Node objects otherwise; a filter answer has to come back in the form the request used, since
+kube-scheduler reads only that field of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+MIN_SCORE: Final = 0
+MAX_SCORE: Final = 10
+"""kube-scheduler's MinExtenderPriority and MaxExtenderPriority: it multiplies an extender score
+by the extender's weight and by 10 (MaxNodeScore / MaxExtenderPriority) and does not clamp it."""
+
+
+class WireError(ValueError):
+    """A request body kube-scheduler could not have sent: the reason names where it went wrong."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NodeForm(Enum):
+    """How the request listed its candidate nodes (and so how the filter answer must)."""
+
+    NAMES = "NodeNames"
+    NODES = "Nodes"
+
+
+@dataclass(frozen=True)
+class WireNode:
+    """One item of a Nodes-form request: its name and labels, and the object as sent."""
+
+    name: str
+    labels: Mapping[str, str]
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """One filter or prioritize request."""
+
+    pod: Mapping[str, Any]
+    """The v1.Pod as kube-scheduler sent it."""
+    form: NodeForm
+    names: tuple[str, ...]
+    """The candidate nodes, in the order sent (both forms)."""
+    nodes: tuple[WireNode, ...] = ()
+    """The full Node items (Nodes form only; empty in the NodeNames form)."""
+
+    @property
+    def labels(self) -> dict[str, Mapping[str, str]] | None:
+        """Node name to labels in the Nodes form; None when only names were sent."""
+        if self.form is NodeForm.NAMES:
+            return None
+        return {node.name: node.labels for node in self.nodes}
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+_ABSENT: Final = object()
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """The value of a Go field, matched as encoding/json does: any key equal to ``name`` without
+    regard to case, the last such key winning. ``_ABSENT`` when there is none."""
+    folded = name.casefold()
+    found: Any = _ABSENT
+    for key, value in obj.items():
+        if key.casefold() == folded:
+            found = value
+    return found
+
+
+def _no_constants(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _json(body: bytes) -> Any:
+    try:
+        # NaN and Infinity are Python extensions, not JSON: Go would refuse them too.
+        return json.loads(body, parse_constant=_no_constants)
+    except RecursionError:
+        raise WireError("body is not usable JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise WireError(f"body is not JSON: {exc}") from None
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise WireError(f"{where} is {_type_name(value)}, not an object")
+    return value
+
+
+def parse_args(body: bytes) -> ExtenderArgs:
+    """Read an ExtenderArgs body (filter and prioritize send the same); WireError if malformed."""
+    top = _object(_json(body), "the body")
+    pod = _field(top, "Pod")
+    if pod is _ABSENT or pod is None:
+        raise WireError("no Pod in the body")
+    pod = _object(pod, "Pod")
+    names = _field(top, "NodeNames")
+    items = _field(top, "Nodes")
+    has_names = names is not _ABSENT and names is not None
+    has_items = items is not _ABSENT and items is not None
+    if has_names and has_items:
+        raise WireError(
+            "both NodeNames and Nodes are set; kube-scheduler sends one "
+            "(NodeNames with nodeCacheCapable: true, Nodes otherwise)"
+        )
+    if has_names:
+        return ExtenderArgs(pod, NodeForm.NAMES, _names(names))
+    if has_items:
+        nodes = _nodes(items)
+        return ExtenderArgs(pod, NodeForm.NODES, tuple(n.name for n in nodes), nodes)
+    raise WireError("neither NodeNames nor Nodes is set")
+
+
+def parse_pod(body: bytes) -> Mapping[str, Any]:
+    """A bare v1.Pod body (as ``kubectl get pod -o json`` prints it); WireError if malformed."""
+    return _object(_json(body), "the body")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise WireError(f"NodeNames is {_type_name(value)}, not an array")
+    for i, name in enumerate(value):
+        if not isinstance(name, str):
+            raise WireError(f"NodeNames[{i}] is {_type_name(name)}, not a string")
+        if not name:
+            raise WireError(f"NodeNames[{i}] is empty")
+    _no_repeats(value, "NodeNames")
+    return tuple(value)
+
+
+def _no_repeats(names: Sequence[str], where: str) -> None:
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise WireError(f"{where} lists node {name!r} more than once")
+            seen.add(name)
+
+
+def _nodes(value: Any) -> tuple[WireNode, ...]:
+    node_list = _object(value, "Nodes")
+    items = _field(node_list, "items")
+    if items is _ABSENT or items is None:
+        # Go marshals an empty Items slice as null; kube-scheduler never sends an empty list, but
+        # an empty one is still a list.
+        return ()
+    if not isinstance(items, list):
+        raise WireError(f"Nodes.items is {_type_name(items)}, not an array")
+    nodes = tuple(_node(item, i) for i, item in enumerate(items))
+    _no_repeats([n.name for n in nodes], "Nodes.items")
+    return nodes
+
+
+def _node(item: Any, i: int) -> WireNode:
+    where = f"Nodes.items[{i}]"
+    raw = _object(item, where)
+    meta = _field(raw, "metadata")
+    if meta is _ABSENT or meta is None:
+        raise WireError(f"{where} has no metadata")
+    meta = _object(meta, f"{where}.metadata")
+    name = _field(meta, "name")
+    if not isinstance(name, str) or not name:
+        found = "missing" if name is _ABSENT else _type_name(name)
+        if isinstance(name, str):
+            found = "empty"
+        raise WireError(f"{where}.metadata.name is {found}; a node name is a non-empty string")
+    labels = _field(meta, "labels")
+    if labels is _ABSENT or labels is None:
+        labels = {}
+    labels = _object(labels, f"{where}.metadata.labels")
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise WireError(
+                f"{where}.metadata.labels[{key!r}] is {_type_name(value)}, not a string"
+            )
+    return WireNode(name, labels, raw)
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def _dump(value: Any) -> bytes:
+    # ensure_ascii (the default) also escapes lone surrogates, which a JSON request may carry
+    # and UTF-8 cannot encode.
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def filter_response(
+    args: ExtenderArgs,
+    passing: Sequence[str],
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> bytes:
+    """An ExtenderFilterResult in the request's form. ``passing`` must be names from the request;
+    they are answered in the request's order. ``failed`` nodes may be preempted into;
+    ``unresolvable`` ones are left out of preemption as well."""
+    keep = set(passing)
+    unknown = keep.difference(args.names)
+    if unknown:
+        raise ValueError(f"passing nodes not in the request: {sorted(unknown)[:5]}")
+    result: dict[str, Any] = {"Nodes": None, "NodeNames": None}
+    if args.form is NodeForm.NAMES:
+        result["NodeNames"] = [name for name in args.names if name in keep]
+    else:
+        result["Nodes"] = {"items": [node.raw for node in args.nodes if node.name in keep]}
+    result["FailedNodes"] = dict(failed)
+    result["FailedAndUnresolvableNodes"] = dict(unresolvable or {})
+    result["Error"] = error
+    return _dump(result)
+
+
+def pass_all_response(args: ExtenderArgs) -> bytes:
+    """A filter answer that keeps every node: what the extender says when it cannot decide."""
+    return filter_response(args, args.names, {})
+
+
+def prioritize_response(names: Sequence[str], scores: Sequence[int]) -> bytes:
+    """A HostPriorityList: a bare array of {"Host", "Score"}, integer scores 0..10."""
+    if len(names) != len(scores):
+        raise ValueError(f"{len(scores)} scores for {len(names)} nodes")
+    out = []
+    for name, score in zip(names, scores, strict=True):
+        if isinstance(score, bool) or not isinstance(score, int):
+            raise ValueError(f"score of {name!r} is {score!r}, not an integer")
+        if not MIN_SCORE <= score <= MAX_SCORE:
+            raise ValueError(f"score of {name!r} is {score}, outside {MIN_SCORE}..{MAX_SCORE}")
+        out.append({"Host": name, "Score": score})
+    return _dump(out)
