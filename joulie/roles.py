@@ -53,6 +53,7 @@ ROLES: Mapping[str, RoleSpec] = {
             "extender",
             "scheduler extender: filter, prioritize and preempt for kube-scheduler",
             ExtenderSettings,
+            implementation="joulie.extender.role:build",
         ),
         RoleSpec(
             "simulator",

@@ -55,14 +55,6 @@ def test_unknown_role_is_refused() -> None:
     assert "unknown role 'scheduler'" in result.stderr
 
 
-def test_valid_configuration_of_a_role_not_built_yet_fails_honestly() -> None:
-    result = joulie("--role=extender", LOG_FORMAT="json")
-    assert result.returncode == 1
-    event = json.loads(result.stdout.splitlines()[-1])
-    assert event["event"] == "role not available in this version"
-    assert event["roles"] == ["extender"]
-
-
 def test_config_lists_every_variable_with_its_source() -> None:
     result = joulie("config", "--role", "manager", STATIC_HP_FRAC="0.25")
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,175 @@
+"""The extender's view of the cluster: every NodeTwin and NodeHardware, and the manager's Lease,
+kept by watches (never a timed re-list), with each node's pod-independent score terms computed
+when its twin or hardware changes, so a request does only the per-pod arithmetic.
+
+A twin's status and a NodeHardware's status are parsed once, in the informer's projection, to
+the few figures scoring reads; one that cannot be parsed is reported once and treated as absent
+(the node scores neutral and passes the filter, as an unknown node does). The manager's Lease is
+read at request time: when it is not renewed within its duration, every twin is stale at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from joulie.api import keys
+from joulie.api.enums import SchedulableClass
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.api.nodetwin import NodeTwinStatus
+from joulie.core.scoring import ScoreTable, node_terms
+from joulie.core.twin import lease_is_current, measurement_failed
+from joulie.kube.client import KubeClient
+from joulie.kube.informer import Handlers, Informer
+
+log = structlog.get_logger("joulie.extender")
+
+NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
+NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+
+_TWIN_FIELDS = (
+    "schedulableClass",
+    "predictedPowerHeadroomScore",
+    "predictedCoolingStressScore",
+    "powerMeasurement",
+)
+"""What scoring reads of a twin's status (the spec's list); the rest is never parsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TwinView:
+    name: str
+    status: NodeTwinStatus | None
+    """The scored part of the status; None when there is none or it cannot be read."""
+    problem: str | None = None
+
+    @property
+    def source_ok(self) -> bool:
+        """The twin's own half of freshness: its last power reading worked and the node is
+        planned (the Lease is the other half, checked per request)."""
+        pm = self.status.power_measurement if self.status else None
+        return pm is not None and not measurement_failed(pm.source)
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareView:
+    name: str
+    status: NodeHardwareStatus | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    renewed_at: float | None
+    """Epoch seconds of the last renewal."""
+    duration_s: float | None
+
+
+def _problem(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(map(str, first["loc"])) or "status"
+    return f"{exc.error_count()} invalid field(s); {where}: {first['msg']}"
+
+
+def twin_view(raw: Mapping[str, Any]) -> TwinView:
+    name = raw["metadata"]["name"]
+    status = raw.get("status") or {}
+    used = {k: status[k] for k in _TWIN_FIELDS if k in status}
+    if not used:
+        return TwinView(name, None)
+    try:
+        return TwinView(name, NodeTwinStatus.model_validate(used))
+    except ValidationError as exc:
+        return TwinView(name, None, _problem(exc))
+
+
+def hardware_view(raw: Mapping[str, Any]) -> HardwareView:
+    name = raw["metadata"]["name"]
+    status = raw.get("status")
+    if not status:
+        return HardwareView(name, None)
+    try:
+        return HardwareView(name, NodeHardwareStatus.model_validate(status))
+    except ValidationError as exc:
+        return HardwareView(name, None, _problem(exc))
+
+
+def lease_view(raw: Mapping[str, Any]) -> LeaseView:
+    spec = raw.get("spec") or {}
+    renewed = spec.get("renewTime")
+    at: float | None = None
+    if isinstance(renewed, str):
+        try:
+            at = datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            at = None
+    duration = spec.get("leaseDurationSeconds")
+    return LeaseView(at, float(duration) if isinstance(duration, int | float) else None)
+
+
+class ExtenderCache:
+    """Watches and the score table they keep current."""
+
+    def __init__(self, client: KubeClient, manager_namespace: str) -> None:
+        self.table = ScoreTable()
+        self.classes: dict[str, SchedulableClass | None] = {}
+        """Per node with a twin: its schedulable class (the filter needs only this)."""
+        self._reported: dict[str, str] = {}
+        self.twins: Informer[TwinView] = Informer(client, NODETWINS, twin_view)
+        self.hardware: Informer[HardwareView] = Informer(client, NODEHARDWARES, hardware_view)
+        self._lease_key = f"{manager_namespace}/{keys.MANAGER_LEASE}"
+        self.lease: Informer[LeaseView] = Informer(
+            client,
+            f"/apis/coordination.k8s.io/v1/namespaces/{manager_namespace}/leases",
+            lease_view,
+            field_selector=f"metadata.name={keys.MANAGER_LEASE}",
+        )
+        self.informers: list[Informer[Any]] = [self.twins, self.hardware, self.lease]
+        changed: Callable[[Any], None] = lambda view: self._refresh(view.name)  # noqa: E731
+        for informer in (self.twins, self.hardware):
+            informer.add_handlers(
+                Handlers(
+                    on_add=changed,
+                    on_update=lambda _old, new: self._refresh(new.name),
+                    on_delete=changed,
+                )
+            )
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    def manager_alive(self, now: float) -> bool:
+        """The manager's Lease is renewed within its duration (then twins can be trusted)."""
+        lease = self.lease.get(self._lease_key)
+        return lease is not None and lease_is_current(lease.renewed_at, lease.duration_s, now)
+
+    def _refresh(self, node: str) -> None:
+        """Recompute one node's terms from its twin and hardware as the caches hold them."""
+        twin = self.twins.get(node)
+        hardware = self.hardware.get(node)
+        for view in (twin, hardware):
+            if view is not None and view.problem is not None:
+                self._report(node, view.problem)
+        if twin is None:
+            self.classes.pop(node, None)
+            self.table.set(node, None)
+            return
+        self.classes[node] = twin.status.schedulable_class if twin.status else None
+        if twin.status is None:
+            self.table.set(node, None)
+            return
+        self.table.set(
+            node,
+            node_terms(twin.status, hardware.status if hardware else None, fresh=twin.source_ok),
+        )
+
+    def _report(self, node: str, problem: str) -> None:
+        if self._reported.get(node) != problem:
+            self._reported[node] = problem
+            log.warning("unreadable status; the node scores neutral", node=node, problem=problem)

@@ -1,0 +1,66 @@
+"""The extender's decisions over its cache: the glue between kube-scheduler's requests and
+``joulie.core.scoring``.
+
+* Filter: a performance pod is kept off nodes whose twin says eco or draining (the
+  ``joulie.io/power-profile`` label decides where there is no twin class, when kube-scheduler
+  sent whole Node objects; with names only, a node without a twin passes, as an unknown node
+  does). Standard pods pass everywhere without a look at the nodes.
+* Prioritize: the score table's 0..10 priorities for the pod; every node neutral (5) while the
+  manager's Lease is not current, since then no twin can be trusted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from joulie.api import keys
+from joulie.core.pod_power import is_performance_pod, pod_demand
+from joulie.core.scoring import extender_priority, filter_reason
+from joulie.extender.cache import ExtenderCache
+
+NEUTRAL = extender_priority(50.0)
+
+
+class CachePlacement:
+    def __init__(self, cache: ExtenderCache, clock: Callable[[], float] = time.time) -> None:
+        self.cache = cache
+        self._clock = clock
+
+    def ready(self) -> bool:
+        return self.cache.synced
+
+    def filter(
+        self,
+        pod: Mapping[str, Any],
+        nodes: Sequence[str],
+        labels: Mapping[str, Mapping[str, str]] | None,
+    ) -> tuple[list[str], dict[str, str]]:
+        if not is_performance_pod(pod):
+            return list(nodes), {}
+        classes = self.cache.classes
+        passing: list[str] = []
+        failed: dict[str, str] = {}
+        for node in nodes:
+            label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL) if labels else None
+            reason = filter_reason(True, classes.get(node), label)
+            if reason is None:
+                passing.append(node)
+            else:
+                failed[node] = reason
+        return passing, failed
+
+    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> list[int]:
+        if not self.cache.manager_alive(self._clock()):
+            return [NEUTRAL] * len(nodes)
+        return self.cache.table.priorities(pod_demand(pod), nodes)
+
+    def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+        alive = self.cache.manager_alive(self._clock())
+        terms = dict(self.cache.table.explain(pod_demand(pod), node))
+        terms["managerLeaseCurrent"] = alive
+        if not alive:
+            terms["priority"] = NEUTRAL
+            terms["neutral"] = "the manager's Lease is not current: no twin is trusted"
+        return terms

@@ -1,0 +1,105 @@
+"""The scheduler-extender role: kube-scheduler's filter and prioritize calls answered from watch
+caches of NodeTwin, NodeHardware and the manager's Lease.
+
+It listens from the start (kube-scheduler's calls are ``ignorable``, and until the caches have
+synced every node passes and scores neutral), reports ready once they have, and writes nothing
+to the cluster: no leader election is needed, and replicas behind one Service agree because
+they watch the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from joulie.extender.cache import ExtenderCache
+from joulie.extender.placement import CachePlacement
+from joulie.extender.server import extender_app, serve
+from joulie.extender.settings import ExtenderSettings
+from joulie.kube.client import KubeClient
+from joulie.kube.connection import ClusterConnector
+
+log = structlog.get_logger("joulie.extender")
+
+
+class _Unsynced:
+    """The placement before the cluster is reached: every node passes and scores neutral."""
+
+    def ready(self) -> bool:
+        return False
+
+    def filter(self, pod: Any, nodes: Any, labels: Any) -> tuple[list[str], dict[str, str]]:
+        return list(nodes), {}
+
+    def prioritize(self, pod: Any, nodes: Any) -> list[int]:
+        return [5] * len(nodes)
+
+    def explain(self, pod: Any, node: str) -> dict[str, Any]:
+        return {"node": node, "neutral": "the extender has not reached the cluster yet"}
+
+
+class _Switch:
+    """Delegates to the placement in use, so the server can start before the cache exists."""
+
+    def __init__(self) -> None:
+        self.current: Any = _Unsynced()
+
+    def ready(self) -> bool:
+        return bool(self.current.ready())
+
+    def filter(self, pod: Any, nodes: Any, labels: Any) -> tuple[list[str], dict[str, str]]:
+        result: tuple[list[str], dict[str, str]] = self.current.filter(pod, nodes, labels)
+        return result
+
+    def prioritize(self, pod: Any, nodes: Any) -> list[int]:
+        result: list[int] = self.current.prioritize(pod, nodes)
+        return result
+
+    def explain(self, pod: Any, node: str) -> Any:
+        return self.current.explain(pod, node)
+
+
+class ExtenderRole:
+    name = "extender"
+
+    def __init__(self, settings: ExtenderSettings, client: KubeClient | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._connector = ClusterConnector()
+        self.placement = _Switch()
+        self.cache: ExtenderCache | None = None
+
+    def is_ready(self) -> bool:
+        return self.placement.ready()
+
+    def status(self) -> str:
+        if self.cache is None:
+            return self._connector.status() if self._client is None else "starting"
+        if not self.cache.synced:
+            return "syncing NodeTwin, NodeHardware and Lease caches"
+        return f"{len(self.cache.table)} nodes with twins"
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        app = extender_app(self.placement, self.settings)
+        server = asyncio.create_task(serve(app, self.settings, stopping))
+        client: KubeClient | None = None
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            client = self._client or await self._connector.connect(stopping)
+            if client is not None:
+                cache = self.cache = ExtenderCache(client, self.settings.pod_namespace)
+                tasks = [asyncio.create_task(i.run(stopping)) for i in cache.informers]
+                self.placement.current = CachePlacement(cache)
+            await server  # until stopping (or the address cannot be bound: that ends the role)
+        finally:
+            if not server.done():
+                server.cancel()
+            await asyncio.gather(server, *tasks, return_exceptions=True)
+            if client is not None and self._client is None:
+                await client.close()
+
+
+def build(settings: ExtenderSettings) -> ExtenderRole:
+    return ExtenderRole(settings)
