@@ -39,17 +39,20 @@ class CachePlacement:
     ) -> tuple[list[str], dict[str, str]]:
         if not is_performance_pod(pod):
             return list(nodes), {}
-        classes = self.cache.classes
-        passing: list[str] = []
-        failed: dict[str, str] = {}
-        for node in nodes:
-            label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL) if labels else None
-            reason = filter_reason(True, classes.get(node), label)
-            if reason is None:
-                passing.append(node)
-            else:
-                failed[node] = reason
-        return passing, failed
+        refusals = self.cache.refusals
+        failed = {node: refusals[node] for node in nodes if node in refusals}
+        if labels:
+            # Whole Node objects: a node without a twin class goes by its profile label.
+            classes = self.cache.classes
+            for node in nodes:
+                if classes.get(node) is None:
+                    label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL)
+                    reason = filter_reason(True, None, label)
+                    if reason is not None:
+                        failed[node] = reason
+        if not failed:
+            return list(nodes), failed
+        return [node for node in nodes if node not in failed], failed
 
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> list[int]:
         if not self.cache.manager_alive(self._clock()):
