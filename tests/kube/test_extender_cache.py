@@ -23,7 +23,6 @@ from joulie.kube.client import KubeClient
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
 
 
-
 def performance_pod(performance: bool = True) -> dict[str, Any]:
     return {
         "metadata": {

@@ -6,6 +6,7 @@ the readiness probe, the debug view, HTTPS, and the settings that shape all of i
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import ssl
@@ -198,6 +199,22 @@ async def test_a_node_the_placement_leaves_unexplained_still_gets_a_reason(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("order", [list, lambda nodes: list(reversed(nodes))])
+async def test_a_placement_that_keeps_every_node_passes_them_all(
+    served: Served, order: Callable[[list[str]], list[str]]
+) -> None:
+    served.placement.answer = (order(list(ALL)), {})
+    status, answer = await served.post("/filter", NAMES_BODY)
+    assert (status, answer["NodeNames"], answer["FailedNodes"]) == (200, ALL, {})
+    status, answer = await served.post("/filter", NODES_BODY)
+    assert (status, answer["Nodes"], answer["FailedNodes"]) == (
+        200,
+        {"items": json.loads(NODES_BODY)["Nodes"]["items"]},
+        {},
+    )
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
@@ -265,6 +282,20 @@ async def test_an_answer_outside_the_contract_is_not_passed_on(
         assert body["NodeNames"] == ALL
     else:
         assert [s["Score"] for s in body] == [0, 0, 0]
+
+
+@pytest.mark.asyncio
+async def test_the_garbage_collector_is_back_on_after_every_kind_of_answer(
+    served: Served,
+) -> None:
+    for verb in ("filter", "prioritize"):
+        for raw in (NAMES_BODY, NODES_BODY, b"{"):
+            served.placement.fail = None
+            await served.post(f"/{verb}", raw)
+            assert gc.isenabled()
+            served.placement.fail = RuntimeError("broken")
+            await served.post(f"/{verb}", raw)
+            assert gc.isenabled()
 
 
 # --- limits ------------------------------------------------------------------------------------

@@ -244,3 +244,65 @@ def test_filter_keeps_exactly_the_passing_names_in_request_order(
     out = json.loads(filter_response(args, passing, failed))
     assert out["NodeNames"] == [n for n in names if n in passing]
     assert set(out["FailedNodes"]) | set(out["NodeNames"]) == set(names)
+
+
+# Node names as Kubernetes allows them (written as themselves in JSON), and any text at all (which
+# takes json.dumps's way); the answers must be the same bytes json.dumps would write either way.
+dns_names = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,30}[a-z0-9])?", fullmatch=True)
+any_names = st.one_of(dns_names, st.text(min_size=1, max_size=12))
+reasons = st.one_of(
+    st.sampled_from(["joulie: performance pods are kept off eco nodes", 'say "no" \\ here']),
+    st.text(max_size=12),
+)
+
+
+def go(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@given(st.one_of(st.lists(dns_names, unique=True), st.lists(any_names, unique=True)), st.data())
+def test_answers_are_byte_for_byte_what_json_dumps_writes(
+    names: list[str], data: st.DataObject
+) -> None:
+    scores = data.draw(st.lists(st.integers(0, 10), min_size=len(names), max_size=len(names)))
+    expected = go([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+    assert prioritize_response(names, scores) == expected
+    args = parse_args(go({"Pod": {}, "Nodes": None, "NodeNames": names}))
+    passing = [n for n in names if data.draw(st.booleans())]
+    failed = {n: data.draw(reasons) for n in names if n not in passing}
+
+    def answer(kept: list[str], refused: dict[str, str]) -> bytes:
+        return go(
+            {
+                "Nodes": None,
+                "NodeNames": kept,
+                "FailedNodes": refused,
+                "FailedAndUnresolvableNodes": {},
+                "Error": "",
+            }
+        )
+
+    assert filter_response(args, passing[::-1], failed) == answer(passing, failed)
+    assert pass_all_response(args) == answer(names, {})
+
+
+def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
+    names = [f"kwok-gpu-h100-{i}" for i in range(5000)]
+    args = parse_args(go({"Pod": {}, "Nodes": None, "NodeNames": names}))
+    scores = [i % 11 for i in range(5000)]
+    assert prioritize_response(args.names, scores) == go(
+        [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+    )
+    failed = dict.fromkeys(names[1000:], "joulie: performance pods are kept off eco nodes")
+    assert filter_response(args, set(names[:1000]), failed) == go(
+        {
+            "Nodes": None,
+            "NodeNames": names[:1000],
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": {},
+            "Error": "",
+        }
+    )
+    # One name JSON must escape: the whole answer takes json.dumps's way, and still agrees.
+    odd = [*names[:10], 'quote"d']
+    assert prioritize_response(odd, [3] * 11) == go([{"Host": n, "Score": 3} for n in odd])

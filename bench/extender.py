@@ -1,0 +1,896 @@
+"""Scheduler-extender figures at 5,000 nodes: filter and prioritize latency over HTTP, sustained
+requests/s on one core, and kube-scheduler's throughput with and without the extender.
+
+    python -m bench.extender [--requests 2000] [--full-requests 200] [--seconds 15]
+        [--concurrency 8] [--pods 2000] [--performance-every 4] [--rounds 1] [--json FILE]
+        [--skip-scheduler]
+
+Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first). The
+manager (static_partition, 20 % performance, NODE_POWER_SOURCE=static) and the extender run as
+`joulie` processes with the admin kubeconfig, the extender pinned to CPU 0 and this process (the
+load) to CPU 1. The manager keeps running throughout: without its Lease every score would be
+neutral and the scoring skipped. Before anything is timed the extender must hold 5,000 twins and
+its debug view must show fresh, non-neutral terms.
+
+1. Latency: one keep-alive connection, one request at a time, ``--requests`` per case for 1,000
+   and 5,000 node names, ``--full-requests`` per case for 5,000 whole Node objects (as the API
+   server lists them, managedFields kept); a performance pod and a standard pod (the filter only
+   looks at nodes for the former). Times are client-side round trips on loopback.
+2. Throughput: prioritize with 5,000 names on ``--concurrency`` connections for ``--seconds``.
+3. kube-scheduler (unless ``--skip-scheduler``): the bench nodes are made Ready (a Ready condition
+   and no not-ready taint; both put back as they were at the end), ``--pods`` small pending pods
+   are created in a fresh namespace with kube-scheduler stopped, then kube-scheduler is started
+   and the bindings are watched; pods/s is counted from the first binding to the last. Once
+   without and once with the manifest's extender entry (``--rounds`` pairs). Every process's CPU
+   time per pod, kube-scheduler's own metrics and the extender's request histogram show where a
+   pod's time goes. The extender is no longer pinned here: everything shares both cores, as a
+   control-plane node's processes would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.agent_pool import cpu_seconds, metric, peak_rss_mib, wait
+from bench.informer import bench_cluster, ensure_objects
+from bench.manager import percentile
+from hack.cluster.runner import FEATURE_GATES, LocalCluster, free_port, manifest_extender
+from joulie.api import keys
+
+JOULIE = str(Path(sys.executable).parent / "joulie")
+POD = Path(__file__).resolve().parents[1] / "tests/data/extender/pod.json"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+EXTENDER_CPU = 0
+LOAD_CPU = 1
+WARMUP = 50
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+class Joulie:
+    """``joulie --role=<role>`` with the admin kubeconfig, its health and metrics on a port."""
+
+    def __init__(
+        self, cluster: LocalCluster, role: str, env: Mapping[str, str], log: Path, cpu: int | None
+    ) -> None:
+        self.role = role
+        self.metrics_port = free_port()
+        self.log = log
+        argv = [JOULIE, f"--role={role}"]
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                argv,
+                env={
+                    **os.environ,
+                    "KUBECONFIG": str(cluster.admin_kubeconfig),
+                    "METRICS_ADDR": f"127.0.0.1:{self.metrics_port}",
+                    "LOG_FORMAT": "json",
+                    "LOG_LEVEL": "warning",
+                    "POD_NAMESPACE": "joulie-system",
+                    **env,
+                },
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def readyz(self) -> str:
+        if self.process.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"the {self.role} exited with {self.process.returncode}:\n{tail}")
+        response = httpx.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=10)
+        return response.text if response.status_code == 200 else ""
+
+    def metric(self, name: str, **labels: str) -> float:
+        return metric(self.metrics_port, name, **labels)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
+
+
+def manager(cluster: LocalCluster, log: Path) -> Joulie:
+    return Joulie(
+        cluster,
+        "manager",
+        {
+            "RECONCILE_INTERVAL": "1h",
+            "POLICY_TYPE": "static_partition",
+            "STATIC_HP_FRAC": "0.2",
+            "NODE_POWER_SOURCE": "static",
+        },
+        log,
+        None,
+    )
+
+
+def extender(cluster: LocalCluster, port: int, log: Path) -> Joulie:
+    return Joulie(
+        cluster, "extender", {"EXTENDER_ADDR": f"127.0.0.1:{port}"}, log, cpu=EXTENDER_CPU
+    )
+
+
+def check_scoring(url: str, nodes: list[str]) -> dict[str, Any]:
+    """The extender's terms for a sample of nodes: every one known, fresh, the Lease current and
+    no neutral reason, or the figures would measure the skipped scoring."""
+    sample = random.Random(7).sample(nodes, 50)
+    problems: list[str] = []
+    classes: dict[str, int] = {}
+    for node in sample:
+        answer = httpx.get(f"{url}/debug/score", params={"node": node}, timeout=10)
+        answer.raise_for_status()
+        terms = answer.json()["terms"]
+        if not (terms.get("managerLeaseCurrent") and terms.get("known") and terms.get("fresh")):
+            problems.append(f"{node}: {terms}")
+        elif terms.get("neutralBecause"):
+            problems.append(f"{node}: neutral because {terms['neutralBecause']}")
+        cls = str(terms.get("schedulableClass"))
+        classes[cls] = classes.get(cls, 0) + 1
+    return {"sampled": len(sample), "not_scored": problems, "classes": classes}
+
+
+# --- request bodies ------------------------------------------------------------------------
+
+
+def pods() -> dict[str, dict[str, Any]]:
+    """The test data's pending Job pod, as kube-scheduler sends it, in both workload classes."""
+    performance = json.loads(POD.read_text())
+    standard = json.loads(POD.read_text())
+    standard["metadata"]["annotations"][keys.WORKLOAD_CLASS_ANNOTATION] = "standard"
+    return {"performance": performance, "standard": standard}
+
+
+def go_json(value: Any) -> bytes:
+    """Compact JSON with the HTML escapes Go's encoder writes."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
+
+
+def names_body(pod: Mapping[str, Any], names: list[str]) -> bytes:
+    return go_json({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+def nodes_body(pod: Mapping[str, Any], items: list[dict[str, Any]]) -> bytes:
+    return go_json({"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
+
+
+def list_nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 1000}
+    with cluster.api() as api:
+        while True:
+            page = api.get("/api/v1/nodes", params=params, timeout=120)
+            page.raise_for_status()
+            body = page.json()
+            items += body["items"]
+            token = body["metadata"].get("continue")
+            if not token:
+                return items
+            params = {"limit": 1000, "continue": token}
+
+
+# --- 1. latency ----------------------------------------------------------------------------
+
+
+def summary(latencies: list[float]) -> dict[str, Any]:
+    return {
+        "requests": len(latencies),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "max_ms": round(max(latencies) * 1000, 2),
+    }
+
+
+def check_answer(verb: str, pod: str, sent: int, body: bytes) -> dict[str, Any]:
+    """What the extender decided, in brief, so a run that measured pass-all or neutral answers
+    shows it."""
+    answer = json.loads(body)
+    if verb == "prioritize":
+        scores: dict[int, int] = {}
+        for entry in answer:
+            scores[entry["Score"]] = scores.get(entry["Score"], 0) + 1
+        assert len(answer) == sent, (len(answer), sent)
+        return {"scores": dict(sorted(scores.items()))}
+    passing = answer["NodeNames"] if answer["NodeNames"] is not None else answer["Nodes"]["items"]
+    assert len(passing) + len(answer["FailedNodes"]) == sent, pod
+    return {"passing": len(passing), "failed": len(answer["FailedNodes"])}
+
+
+def server_side(metrics_port: int) -> dict[str, dict[str, float]]:
+    """The extender's own request and GC-pause histograms (sum and count per label set)."""
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    return histograms(text, ("joulie_extender_request_duration_seconds", "joulie_gc_pause_seconds"))
+
+
+def gc_pauses(hist: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    return {
+        key.removeprefix("joulie_gc_pause_seconds"): {
+            "collections": v.get("count", 0.0),
+            "total_ms": round(v.get("sum", 0.0) * 1000, 1),
+        }
+        for key, v in sorted(hist.items())
+        if key.startswith("joulie_gc_pause_seconds") and v.get("count")
+    }
+
+
+async def latency_case(
+    session: aiohttp.ClientSession, verb: str, body: bytes, count: int, metrics_port: int
+) -> tuple[list[float], bytes, float]:
+    """Client round trips of ``count`` requests after a warm-up, the last answer, and the mean
+    time the extender itself measured for them (from reading the body to the answer built)."""
+    latencies: list[float] = []
+    last = b""
+    before: dict[str, dict[str, float]] = {}
+    for i in range(WARMUP + count):
+        if i == WARMUP:
+            before = server_side(metrics_port)
+        t0 = time.perf_counter()
+        async with session.post(f"/{verb}", data=body) as response:
+            last = await response.read()
+            if response.status != 200:
+                raise SystemExit(f"{verb}: HTTP {response.status}: {last[:300]!r}")
+        if i >= WARMUP:
+            latencies.append(time.perf_counter() - t0)
+    key = f"joulie_extender_request_duration_seconds{{verb={verb}}}"
+    served = delta(server_side(metrics_port), before)[key]
+    return latencies, last, served["sum"] / served["count"]
+
+
+async def measure_latency(
+    url: str, metrics_port: int, cases: list[tuple[str, str, str, bytes, int, int]]
+) -> list[dict[str, Any]]:
+    out = []
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=1)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(
+        base_url=url, connector=connector, headers=headers, timeout=timeout
+    ) as session:
+        for form, pod, verb, body, sent, count in cases:
+            latencies, last, served = await latency_case(session, verb, body, count, metrics_port)
+            row = {"form": form, "pod": pod, "verb": verb, "body_bytes": len(body)}
+            row |= summary(latencies) | {"server_mean_ms": round(served * 1000, 2)}
+            row |= check_answer(verb, pod, sent, last)
+            print(f"  {form:18} {pod:12} {verb:10} {row}", file=sys.stderr)
+            out.append(row)
+    return out
+
+
+# --- 2. throughput -------------------------------------------------------------------------
+
+
+async def measure_throughput(
+    url: str, body: bytes, seconds: float, concurrency: int
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(base_url=url, connector=connector, headers=headers) as client:
+
+        async def worker(deadline: float) -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                async with client.post("/prioritize", data=body) as response:
+                    await response.read()
+                    if response.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - t0)
+
+        # Every connection opened and warm before the clock starts.
+        await asyncio.gather(*(worker(time.perf_counter() + 1.0) for _ in range(concurrency)))
+        latencies.clear()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(started + seconds) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "errors": errors,
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+    } | summary(latencies)
+
+
+# --- 3. kube-scheduler ---------------------------------------------------------------------
+
+
+def parallel(
+    work: Callable[[httpx.Client, Any], None], items: Iterable[Any], cluster: LocalCluster
+) -> None:
+    """``work(client, item)`` for every item on 8 threads, each with a connection of its own."""
+    local = threading.local()
+    opened: list[httpx.Client] = []
+
+    def run(item: Any) -> None:
+        api = getattr(local, "api", None)
+        if api is None:
+            api = local.api = cluster.api()
+            opened.append(api)
+        work(api, item)
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(run, items))
+    finally:
+        for api in opened:
+            api.close()
+
+
+def _patch(api: httpx.Client, path: str, body: Any, kind: str) -> None:
+    response = api.patch(path, content=json.dumps(body), headers={"Content-Type": kind})
+    response.raise_for_status()
+
+
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+class NodeReadiness:
+    """Makes the bench nodes schedulable the way a kubelet and the node lifecycle controller
+    would (a Ready condition, no not-ready taint), remembering what each node had to put it
+    back: the cached cluster stays as other benchmarks expect it."""
+
+    def __init__(self, cluster: LocalCluster, nodes: list[dict[str, Any]]) -> None:
+        self.cluster = cluster
+        self.before: dict[str, tuple[dict[str, Any] | None, list[dict[str, Any]] | None]] = {}
+        for node in nodes:
+            conditions = (node.get("status") or {}).get("conditions") or []
+            ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+            taints = (node.get("spec") or {}).get("taints")
+            is_ready = ready is not None and ready.get("status") == "True"
+            tainted = any(t.get("key") == NOT_READY_TAINT for t in taints or ())
+            if not is_ready or tainted:
+                self.before[node["metadata"]["name"]] = (ready, taints)
+
+    def make_ready(self) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "set by bench.extender for the scheduling measurement",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+
+        def ready(api: httpx.Client, name: str) -> None:
+            _, taints = self.before[name]
+            path = f"/api/v1/nodes/{name}"
+            _patch(api, f"{path}/status", {"status": {"conditions": [condition]}}, SMP)
+            kept = [t for t in taints or () if t.get("key") != NOT_READY_TAINT]
+            if kept != (taints or []):
+                _patch(api, path, {"spec": {"taints": kept or None}}, MERGE)
+
+        parallel(ready, self.before, self.cluster)
+
+    def restore(self) -> None:
+        def restore(api: httpx.Client, name: str) -> None:
+            condition, taints = self.before[name]
+            path = f"/api/v1/nodes/{name}"
+            if condition is None:
+                condition = {"type": "Ready", "$patch": "delete"}
+            _patch(api, f"{path}/status", {"status": {"conditions": [condition]}}, SMP)
+            _patch(api, path, {"spec": {"taints": taints}}, MERGE)
+
+        parallel(restore, self.before, self.cluster)
+
+
+def small_pod(i: int, performance_every: int) -> dict[str, Any]:
+    """Pod ``i``: 10m CPU and 16Mi, every ``performance_every``-th one (none for 0) annotated
+    performance, the rest standard."""
+    performance = performance_every > 0 and i % performance_every == 0
+    workload = "performance" if performance else "standard"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"small-{i:05d}",
+            "annotations": {keys.WORKLOAD_CLASS_ANNOTATION: workload},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/small:1",
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+class Scheduler:
+    """kube-scheduler against the bench cluster, with the local cluster's flags and
+    configuration (plus its metrics open to read without credentials)."""
+
+    def __init__(self, cluster: LocalCluster, work: Path, extender_url: str | None) -> None:
+        self.port = free_port()
+        config = cluster.scheduler_config()
+        if extender_url is not None:
+            config["extenders"] = [manifest_extender(extender_url)]
+        name = "with-extender" if extender_url else "without-extender"
+        path = work / f"scheduler-{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.log = work / f"scheduler-{name}.log"
+        assert cluster.binaries is not None
+        argv = [
+            str(cluster.binaries / "kube-scheduler"),
+            f"--config={path}",
+            f"--authentication-kubeconfig={cluster.admin_kubeconfig}",
+            f"--authorization-kubeconfig={cluster.admin_kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={work / 'scheduler-certs'}",
+            f"--feature-gates={FEATURE_GATES}",
+        ]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def metrics(self) -> str:
+        response = httpx.get(f"https://127.0.0.1:{self.port}/metrics", verify=False, timeout=30)
+        response.raise_for_status()
+        return response.text
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
+
+
+def histograms(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
+    """``name{labels}`` -> {"sum", "count"} for the histograms named."""
+    wanted = set(names)
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            part = sample.name.removeprefix(family.name).lstrip("_")
+            if part not in ("sum", "count"):
+                continue
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            key = f"{family.name}{{{labels}}}"
+            out.setdefault(key, {})[part] = sample.value
+    return out
+
+
+SCHEDULER_HISTOGRAMS = (
+    "scheduler_scheduling_attempt_duration_seconds",
+    "scheduler_scheduling_algorithm_duration_seconds",
+    "scheduler_framework_extension_point_duration_seconds",
+    "scheduler_pod_scheduling_sli_duration_seconds",
+)
+EXTENDER_HISTOGRAMS = (
+    "joulie_extender_request_duration_seconds",
+    "joulie_extender_nodes_per_request",
+)
+
+
+def short_name(key: str) -> str:
+    """``scheduler_framework_extension_point_duration_seconds{extension_point=Filter,...}`` as
+    ``Filter``, ``scheduler_scheduling_algorithm_duration_seconds{}`` as
+    ``scheduling_algorithm``, ``joulie_extender_request_duration_seconds{verb=filter}`` as
+    ``filter``."""
+    name, _, labels = key.partition("{")
+    found = dict(part.split("=", 1) for part in labels.rstrip("}").split(",") if "=" in part)
+    for label in ("extension_point", "verb"):
+        if label in found:
+            status = found.get("status", "Success")
+            return found[label] if status == "Success" else f"{found[label]} ({status})"
+    name = name.removeprefix("scheduler_").removesuffix("_duration_seconds")
+    extra = {k: v for k, v in found.items() if k != "profile"}
+    return f"{name} {extra}" if extra else name
+
+
+def means(hist: Mapping[str, Mapping[str, float]], scale: float = 1000.0) -> dict[str, float]:
+    """Mean per observation of each histogram (in ms with the default scale)."""
+    return {
+        short_name(key): round(v["sum"] / v["count"] * scale, 3)
+        for key, v in sorted(hist.items())
+        if v.get("count")
+    }
+
+
+def delta(
+    after: Mapping[str, Mapping[str, float]], before: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for key, values in after.items():
+        old = before.get(key, {})
+        out[key] = {part: value - old.get(part, 0.0) for part, value in values.items()}
+    return out
+
+
+def watch_bindings(
+    cluster: LocalCluster,
+    namespace: str,
+    count: int,
+    since: str,
+    timeout: float,
+    on_first: Callable[[], None],
+) -> dict[str, float]:
+    """Pod name -> when its binding was seen (perf_counter), until ``count`` pods are bound;
+    ``on_first`` is called at the first binding."""
+    bound: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    rv = since
+    with cluster.api() as api:
+        while len(bound) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SystemExit(f"only {len(bound)} of {count} pods bound after {timeout:.0f} s")
+            params = {
+                "watch": "1",
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(max(1, int(left))),
+            }
+            path = f"/api/v1/namespaces/{namespace}/pods"
+            with api.stream("GET", path, params=params, timeout=None) as response:
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] in ("ADDED", "MODIFIED") and obj["spec"].get("nodeName"):
+                        if not bound:
+                            on_first()
+                        bound.setdefault(obj["metadata"]["name"], time.perf_counter())
+                        if len(bound) >= count:
+                            break
+    return bound
+
+
+def namespace_up(cluster: LocalCluster, name: str) -> None:
+    # No controller manager: the namespace's default ServiceAccount, which admission wants, is
+    # created here.
+    with cluster.api() as api:
+        api.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
+        api.post(
+            f"/api/v1/namespaces/{name}/serviceaccounts", json={"metadata": {"name": "default"}}
+        ).raise_for_status()
+
+
+def namespace_down(cluster: LocalCluster, name: str) -> None:
+    """Delete the namespace's pods at once (no kubelet would confirm a graceful deletion) and
+    the namespace, finalized here (no namespace controller runs)."""
+    with cluster.api() as api:
+        api.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"})
+        response = api.delete(f"/api/v1/namespaces/{name}")
+        if response.status_code == 404:
+            return
+        response.raise_for_status()
+        got = api.get(f"/api/v1/namespaces/{name}")
+        if got.status_code == 404:
+            return
+        namespace = got.json()
+        namespace["spec"]["finalizers"] = []
+        api.put(f"/api/v1/namespaces/{name}/finalize", json=namespace).raise_for_status()
+
+
+def leftovers(cluster: LocalCluster) -> None:
+    """Namespaces an interrupted run left behind, and no other pod waiting for a scheduler."""
+    with cluster.api() as api:
+        for ns in api.get("/api/v1/namespaces").json()["items"]:
+            if ns["metadata"]["name"].startswith("bench-extender-"):
+                namespace_down(cluster, ns["metadata"]["name"])
+        pending = api.get(
+            "/api/v1/pods", params={"fieldSelector": "spec.nodeName=", "limit": 1}
+        ).json()
+        if pending["items"]:
+            item = pending["items"][0]["metadata"]
+            raise SystemExit(
+                f"unscheduled pods in the cluster (e.g. {item['namespace']}/{item['name']}): "
+                "kube-scheduler would schedule them too"
+            )
+
+
+def schedule_once(
+    cluster: LocalCluster,
+    work: Path,
+    count: int,
+    performance_every: int,
+    extender_url: str | None,
+    ext: Joulie | None,
+    pids: Mapping[str, int],
+) -> dict[str, Any]:
+    """One measurement: ``count`` pods created with kube-scheduler stopped, then kube-scheduler
+    started (with the extender at ``extender_url`` or without) until all are bound. ``pids``:
+    processes whose CPU time over the binding window is reported (kube-scheduler's is added)."""
+    namespace = f"bench-extender-{uuid.uuid4().hex[:6]}"
+    namespace_up(cluster, namespace)
+    scheduler: Scheduler | None = None
+    try:
+        t0 = time.monotonic()
+        cluster.create_objects(
+            f"/api/v1/namespaces/{namespace}/pods",
+            [small_pod(i, performance_every) for i in range(count)],
+            workers=8,
+        )
+        created_s = time.monotonic() - t0
+        with cluster.api() as api:
+            listed = api.get(f"/api/v1/namespaces/{namespace}/pods", params={"limit": 1}).json()
+        since = listed["metadata"]["resourceVersion"]
+        before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS) if ext else {}
+        started = time.perf_counter()
+        scheduler = Scheduler(cluster, work, extender_url)
+        watched = {**pids, "kube-scheduler": scheduler.process.pid}
+        cpu0: dict[str, float] = {}
+
+        def first() -> None:
+            cpu0.update({name: cpu_seconds(pid) for name, pid in watched.items()})
+
+        bound = watch_bindings(cluster, namespace, count, since, 900, first)
+        cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in watched.items()}
+        times = sorted(bound.values())
+        window = times[-1] - times[0]
+        result: dict[str, Any] = {
+            "extender": extender_url is not None,
+            "pods": count,
+            "create_seconds": round(created_s, 1),
+            "start_to_first_binding_s": round(times[0] - started, 2),
+            "first_to_last_binding_s": round(window, 2),
+            "pods_per_second": round((len(times) - 1) / window, 1),
+            # CPU time per pod bound, from the first binding to the last (2 cores in all).
+            "cpu_ms_per_pod": {k: round(v / count * 1000, 2) for k, v in cpu.items()},
+            "cpu_share_of_2_cores": round(sum(cpu.values()) / (2 * window), 2),
+        }
+        sched = histograms(scheduler.metrics(), SCHEDULER_HISTOGRAMS)
+        result["scheduler_mean_ms"] = means(sched)
+        if ext is not None:
+            served = delta(histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS), before_ext)
+            durations = {k: v for k, v in served.items() if "duration" in k}
+            result["extender_server_mean_ms"] = means(durations)
+            nodes = {k: v for k, v in served.items() if "nodes_per_request" in k}
+            result["extender_nodes_per_request"] = means(nodes, scale=1.0)
+        print(f"  {json.dumps(result)}", file=sys.stderr)
+        return result
+    finally:
+        if scheduler is not None:
+            scheduler.stop()
+        namespace_down(cluster, namespace)
+
+
+def ext_metrics(ext: Joulie | None) -> str:
+    assert ext is not None
+    return httpx.get(f"http://127.0.0.1:{ext.metrics_port}/metrics", timeout=10).text
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def wait_extender(ext: Joulie, url: str, node_count: int) -> float:
+    started = time.monotonic()
+
+    def ready() -> bool:
+        text = ext.readyz()
+        return f"{node_count} nodes with twins" in text
+
+    wait(ready, 600, f"the extender to hold {node_count} twins")
+    wait(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "the extender's /readyz")
+    return time.monotonic() - started
+
+
+def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str, Any]:
+    figures: dict[str, Any] = {"setup": ensure_objects(cluster, 5000, 100_000)}
+    nodes = list_nodes(cluster)
+    names = [n["metadata"]["name"] for n in nodes]
+    figures["nodes"] = len(names)
+    mgr = manager(cluster, work / "manager.log")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    ext: Joulie | None = None
+    try:
+        t0 = time.monotonic()
+        wait(lambda: "ready (leader)" in mgr.readyz(), 900, "the manager to sync and lead")
+        wait(
+            lambda: mgr.metric("joulie_manager_reconcile_duration_seconds_count") >= 1,
+            900,
+            "the manager's first reconcile",
+        )
+        figures["manager_ready_s"] = round(time.monotonic() - t0, 1)
+        ext = extender(cluster, port, work / "extender.log")
+        figures["extender_synced_s"] = round(wait_extender(ext, url, len(names)), 1)
+        figures["scoring_check"] = check_scoring(url, names)
+        if figures["scoring_check"]["not_scored"]:
+            raise SystemExit(f"the extender is not scoring: {figures['scoring_check']}")
+
+        # The load runs on the other core from here on.
+        os.sched_setaffinity(0, {LOAD_CPU})
+        rng = random.Random(1)
+        sample = rng.sample(names, 1000)
+        shuffled = rng.sample(names, len(names))
+        items = rng.sample(nodes, len(nodes))
+        cases = []
+        for pod_name, pod in pods().items():
+            for form, body, sent, count in (
+                ("1,000 names", names_body(pod, sample), 1000, args.requests),
+                ("5,000 names", names_body(pod, shuffled), 5000, args.requests),
+                ("5,000 Node objects", nodes_body(pod, items), 5000, args.full_requests),
+            ):
+                for verb in ("filter", "prioritize"):
+                    cases.append((form, pod_name, verb, body, sent, count))
+        cpu0 = cpu_seconds(ext.process.pid)
+        before = server_side(ext.metrics_port)
+        figures["latency"] = asyncio.run(measure_latency(url, ext.metrics_port, cases))
+        figures["latency_gc"] = gc_pauses(delta(server_side(ext.metrics_port), before))
+        figures["latency_extender_cpu_s"] = round(cpu_seconds(ext.process.pid) - cpu0, 1)
+
+        body = names_body(pods()["standard"], shuffled)
+        cpu0 = cpu_seconds(ext.process.pid)
+        before = server_side(ext.metrics_port)
+        throughput = asyncio.run(measure_throughput(url, body, args.seconds, args.concurrency))
+        served = delta(server_side(ext.metrics_port), before)
+        handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
+        throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
+        throughput["gc"] = gc_pauses(served)
+        throughput["extender_cpu_share"] = round(
+            (cpu_seconds(ext.process.pid) - cpu0) / (throughput["seconds"] + 1.0), 2
+        )
+        figures["throughput"] = throughput
+        figures["extender_peak_rss_mib"] = round(peak_rss_mib(ext.process.pid), 1)
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+
+        if not args.skip_scheduler:
+            figures["scheduler"] = measure_scheduler(args, cluster, work, nodes, url, ext, mgr)
+    finally:
+        if ext is not None:
+            ext.stop()
+        mgr.stop()
+    return figures
+
+
+def measure_scheduler(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    work: Path,
+    nodes: list[dict[str, Any]],
+    url: str,
+    ext: Joulie,
+    mgr: Joulie,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    leftovers(cluster)
+    readiness = NodeReadiness(cluster, nodes)
+    out["nodes_made_ready"] = len(readiness.before)
+    try:
+        t0 = time.monotonic()
+        readiness.make_ready()
+        out["make_ready_s"] = round(time.monotonic() - t0, 1)
+        # kube-scheduler, the API server, etcd, the manager and the extender share both cores
+        # here, as they would share a control-plane node: the extender is no longer pinned.
+        os.sched_setaffinity(ext.process.pid, set(range(os.cpu_count() or 1)))
+        pids = {name: c.pid for name, c in cluster.components.items() if c.pid is not None}
+        pids |= {"manager": mgr.process.pid, "extender": ext.process.pid}
+        runs = []
+        for _ in range(args.rounds):
+            for extender_url in (None, url):
+                runs.append(
+                    schedule_once(
+                        cluster,
+                        work,
+                        args.pods,
+                        args.performance_every,
+                        extender_url,
+                        ext if extender_url else None,
+                        pids,
+                    )
+                )
+        out["runs"] = runs
+        without = [r["pods_per_second"] for r in runs if not r["extender"]]
+        with_ = [r["pods_per_second"] for r in runs if r["extender"]]
+        out["pods_per_second_without"] = statistics.median(without)
+        out["pods_per_second_with"] = statistics.median(with_)
+        out["with_over_without"] = round(statistics.median(with_) / statistics.median(without), 3)
+    finally:
+        t0 = time.monotonic()
+        readiness.restore()
+        out["restore_s"] = round(time.monotonic() - t0, 1)
+    return out
+
+
+def report(figures: Mapping[str, Any]) -> None:
+    print(f"nodes {figures['nodes']}, twins checked: {figures['scoring_check']}")
+    print(f"{'case':44} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
+    for row in figures["latency"]:
+        case = f"{row['verb']} {row['pod']}, {row['form']}"
+        answer = {k: v for k, v in row.items() if k in ("scores", "passing", "failed")}
+        print(
+            f"{case:44} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
+            f"{row['server_mean_ms']:>7} {row['requests']:>5}  {answer}"
+        )
+    print("(server: the extender's own mean, from reading the body to the answer built)")
+    print(f"extender GC during the latency cases: {figures['latency_gc']}")
+    t = figures["throughput"]
+    print(
+        f"prioritize, 5,000 names, {t['concurrency']} connections, extender on one core: "
+        f"{t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 {t['p99_ms']} ms, "
+        f"server mean {t['server_mean_ms']} ms, {t['errors']} errors, extender CPU "
+        f"{t['extender_cpu_share']} of a core, GC {t['gc']})"
+    )
+    print(f"extender peak RSS {figures['extender_peak_rss_mib']} MiB")
+    sched = figures.get("scheduler")
+    if sched:
+        for r in sched["runs"]:
+            label = "with extender   " if r["extender"] else "without extender"
+            print(
+                f"kube-scheduler {label}: {r['pods_per_second']} pods/s "
+                f"({r['pods']} pods bound in {r['first_to_last_binding_s']} s from the first "
+                f"binding; start to first binding {r['start_to_first_binding_s']} s)"
+            )
+            print(f"    kube-scheduler, mean ms per pod: {r['scheduler_mean_ms']}")
+            print(
+                f"    CPU ms per pod: {r['cpu_ms_per_pod']} "
+                f"({r['cpu_share_of_2_cores']} of both cores busy)"
+            )
+            if r["extender"]:
+                print(f"    extender, mean ms per call: {r['extender_server_mean_ms']}")
+                print(f"    extender, nodes per call: {r['extender_nodes_per_request']}")
+        print(
+            f"with / without: {sched['with_over_without']} "
+            f"({sched['nodes_made_ready']} nodes made Ready for it, restored after)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000, help="per case, node-name bodies")
+    parser.add_argument("--full-requests", type=int, default=200, help="per Node-object case")
+    parser.add_argument("--seconds", type=float, default=15, help="throughput measurement")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=2000, help="pods kube-scheduler places")
+    parser.add_argument("--rounds", type=int, default=1, help="without/with pairs")
+    parser.add_argument(
+        "--performance-every",
+        type=int,
+        default=4,
+        metavar="N",
+        help="every N-th pod kube-scheduler places is a performance pod (0: none)",
+    )
+    parser.add_argument("--skip-scheduler", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    cluster = bench_cluster()
+    cluster.up()
+    try:
+        # Logs and kube-scheduler's configuration stay for a look after the run.
+        work = cluster.work_dir / "bench-extender"
+        work.mkdir(exist_ok=True)
+        figures = run(args, cluster, work)
+    finally:
+        cluster.down()
+    report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
