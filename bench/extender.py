@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -51,7 +52,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.agent_pool import cpu_seconds, metric, peak_rss_mib, wait
+from bench.agent_pool import TICKS, cpu_seconds, metric, peak_rss_mib, wait
 from bench.informer import bench_cluster, ensure_objects
 from bench.manager import percentile
 from hack.cluster.runner import FEATURE_GATES, LocalCluster, free_port, manifest_extender
@@ -150,6 +151,52 @@ def check_scoring(url: str, nodes: list[str]) -> dict[str, Any]:
         cls = str(terms.get("schedulableClass"))
         classes[cls] = classes.get(cls, 0) + 1
     return {"sampled": len(sample), "not_scored": problems, "classes": classes}
+
+
+class OtherLoad:
+    """CPU time the machine spends outside the processes measured here, from now on: the
+    development VM is shared, and figures taken while another job ran are not comparable."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self._pids = [*pids, os.getpid()]
+        self._started = time.monotonic()
+        self._busy = busy_seconds()
+        self._ours = self.ours()
+
+    def ours(self) -> float:
+        total = 0.0
+        for pid in self._pids:
+            with contextlib.suppress(OSError):  # gone already
+                total += cpu_seconds(pid)
+        return total
+
+    def share(self) -> float:
+        """Their CPU time as a share of all cores' time since the start."""
+        other = busy_seconds() - self._busy - (self.ours() - self._ours)
+        cores = os.cpu_count() or 1
+        return round(max(other, 0.0) / ((time.monotonic() - self._started) * cores), 3)
+
+
+def busy_seconds() -> float:
+    """CPU time all cores have spent not idle since boot."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
+def reference_ms(names: list[str]) -> float:
+    """The machine's speed now, on the extender's core: the median time of a fixed piece of
+    pure Python (decode a 5,000-name body, encode 5,000 HostPriority dicts with json). The VM is
+    shared and its speed drifts by tens of percent over hours; compare runs by this too."""
+    body = names_body({}, names)
+    os.sched_setaffinity(0, {EXTENDER_CPU})
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        decoded = json.loads(body)["NodeNames"]
+        json.dumps([{"Host": n, "Score": 5} for n in decoded], separators=(",", ":"))
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 2)
 
 
 # --- request bodies ------------------------------------------------------------------------
@@ -644,9 +691,11 @@ def schedule_once(
         scheduler = Scheduler(cluster, work, extender_url)
         watched = {**pids, "kube-scheduler": scheduler.process.pid}
         cpu0: dict[str, float] = {}
+        others: list[OtherLoad] = []
 
         def first() -> None:
             cpu0.update({name: cpu_seconds(pid) for name, pid in watched.items()})
+            others.append(OtherLoad(watched.values()))
 
         bound = watch_bindings(cluster, namespace, count, since, 900, first)
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in watched.items()}
@@ -662,6 +711,7 @@ def schedule_once(
             # CPU time per pod bound, from the first binding to the last (2 cores in all).
             "cpu_ms_per_pod": {k: round(v / count * 1000, 2) for k, v in cpu.items()},
             "cpu_share_of_2_cores": round(sum(cpu.values()) / (2 * window), 2),
+            "other_cpu_share": others[0].share(),
         }
         sched = histograms(scheduler.metrics(), SCHEDULER_HISTOGRAMS)
         result["scheduler_mean_ms"] = means(sched)
@@ -723,11 +773,12 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         if figures["scoring_check"]["not_scored"]:
             raise SystemExit(f"the extender is not scoring: {figures['scoring_check']}")
 
-        # The load runs on the other core from here on.
-        os.sched_setaffinity(0, {LOAD_CPU})
         rng = random.Random(1)
         sample = rng.sample(names, 1000)
         shuffled = rng.sample(names, len(names))
+        figures["reference_ms"] = reference_ms(shuffled)
+        # The load runs on the other core from here on.
+        os.sched_setaffinity(0, {LOAD_CPU})
         items = rng.sample(nodes, len(nodes))
         cases = []
         for pod_name, pod in pods().items():
@@ -738,16 +789,22 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
             ):
                 for verb in ("filter", "prioritize"):
                     cases.append((form, pod_name, verb, body, sent, count))
+        ours = [c.pid for c in cluster.components.values() if c.pid is not None]
+        ours += [mgr.process.pid, ext.process.pid]
+        other = OtherLoad(ours)
         cpu0 = cpu_seconds(ext.process.pid)
         before = server_side(ext.metrics_port)
         figures["latency"] = asyncio.run(measure_latency(url, ext.metrics_port, cases))
+        figures["latency_other_cpu_share"] = other.share()
         figures["latency_gc"] = gc_pauses(delta(server_side(ext.metrics_port), before))
         figures["latency_extender_cpu_s"] = round(cpu_seconds(ext.process.pid) - cpu0, 1)
 
         body = names_body(pods()["standard"], shuffled)
+        other = OtherLoad(ours)
         cpu0 = cpu_seconds(ext.process.pid)
         before = server_side(ext.metrics_port)
         throughput = asyncio.run(measure_throughput(url, body, args.seconds, args.concurrency))
+        throughput["other_cpu_share"] = other.share()
         served = delta(server_side(ext.metrics_port), before)
         handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
         throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
@@ -819,6 +876,7 @@ def measure_scheduler(
 
 def report(figures: Mapping[str, Any]) -> None:
     print(f"nodes {figures['nodes']}, twins checked: {figures['scoring_check']}")
+    print(f"machine speed reference (smaller is faster): {figures['reference_ms']} ms")
     print(f"{'case':44} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
     for row in figures["latency"]:
         case = f"{row['verb']} {row['pod']}, {row['form']}"
@@ -829,12 +887,17 @@ def report(figures: Mapping[str, Any]) -> None:
         )
     print("(server: the extender's own mean, from reading the body to the answer built)")
     print(f"extender GC during the latency cases: {figures['latency_gc']}")
+    print(
+        "other processes' share of the cores meanwhile (a shared machine): "
+        f"{figures['latency_other_cpu_share']}"
+    )
     t = figures["throughput"]
     print(
         f"prioritize, 5,000 names, {t['concurrency']} connections, extender on one core: "
         f"{t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 {t['p99_ms']} ms, "
         f"server mean {t['server_mean_ms']} ms, {t['errors']} errors, extender CPU "
-        f"{t['extender_cpu_share']} of a core, GC {t['gc']})"
+        f"{t['extender_cpu_share']} of a core, GC {t['gc']}, other processes "
+        f"{t['other_cpu_share']} of the cores)"
     )
     print(f"extender peak RSS {figures['extender_peak_rss_mib']} MiB")
     sched = figures.get("scheduler")
@@ -849,7 +912,8 @@ def report(figures: Mapping[str, Any]) -> None:
             print(f"    kube-scheduler, mean ms per pod: {r['scheduler_mean_ms']}")
             print(
                 f"    CPU ms per pod: {r['cpu_ms_per_pod']} "
-                f"({r['cpu_share_of_2_cores']} of both cores busy)"
+                f"({r['cpu_share_of_2_cores']} of both cores busy with these, "
+                f"{r['other_cpu_share']} with other processes)"
             )
             if r["extender"]:
                 print(f"    extender, mean ms per call: {r['extender_server_mean_ms']}")

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from itertools import chain
@@ -64,11 +65,13 @@ class ExtenderArgs:
     """The candidate nodes, in the order sent (both forms)."""
     nodes: tuple[WireNode, ...] = ()
     """The full Node items (Nodes form only; empty in the NodeNames form)."""
+    name_set: AbstractSet[str] | None = field(default=None, compare=False, repr=False)
+    """``names`` as a set when the reading built one already (never changed afterwards)."""
 
     @cached_property
-    def known(self) -> frozenset[str]:
-        """The candidate node names as a set (built on first use, then kept)."""
-        return frozenset(self.names)
+    def known(self) -> AbstractSet[str]:
+        """The candidate node names as a set."""
+        return self.name_set if self.name_set is not None else frozenset(self.names)
 
     @property
     def labels(self) -> dict[str, Mapping[str, str]] | None:
@@ -145,7 +148,8 @@ def parse_args(body: bytes) -> ExtenderArgs:
             "(NodeNames with nodeCacheCapable: true, Nodes otherwise)"
         )
     if has_names:
-        return ExtenderArgs(pod, NodeForm.NAMES, _names(names))
+        listed, name_set = _names(names)
+        return ExtenderArgs(pod, NodeForm.NAMES, listed, name_set=name_set)
     if has_items:
         nodes = _nodes(items)
         return ExtenderArgs(pod, NodeForm.NODES, tuple(n.name for n in nodes), nodes)
@@ -157,7 +161,8 @@ def parse_pod(body: bytes) -> Mapping[str, Any]:
     return _object(_json(body), "the body")
 
 
-def _names(value: Any) -> tuple[str, ...]:
+def _names(value: Any) -> tuple[tuple[str, ...], set[str]]:
+    """The names, and the same as a set."""
     if not isinstance(value, list):
         raise WireError(f"NodeNames is {_type_name(value)}, not an array")
     # The common case checked in C (thousands of names per call); the loop below finds and
@@ -165,23 +170,24 @@ def _names(value: Any) -> tuple[str, ...]:
     if set(map(type, value)) <= {str}:
         unique = set(value)
         if "" not in unique and len(unique) == len(value):
-            return tuple(value)
+            return tuple(value), unique
     for i, name in enumerate(value):
         if not isinstance(name, str):
             raise WireError(f"NodeNames[{i}] is {_type_name(name)}, not a string")
         if not name:
             raise WireError(f"NodeNames[{i}] is empty")
-    _no_repeats(value, "NodeNames")
-    return tuple(value)
+    return tuple(value), _no_repeats(value, "NodeNames")
 
 
-def _no_repeats(names: Sequence[str], where: str) -> None:
-    if len(set(names)) != len(names):
+def _no_repeats(names: Sequence[str], where: str) -> set[str]:
+    unique = set(names)
+    if len(unique) != len(names):
         seen: set[str] = set()
         for name in names:
             if name in seen:
                 raise WireError(f"{where} lists node {name!r} more than once")
             seen.add(name)
+    return unique
 
 
 def _nodes(value: Any) -> tuple[WireNode, ...]:
@@ -269,6 +275,10 @@ def _reasons_text(reasons: Mapping[str, str]) -> str:
             distinct = set(reasons.values())
         except TypeError:
             distinct = set()
+        if len(distinct) == 1 and type(reason := next(iter(distinct))) is str:
+            # One reason for every node (the usual case): one join, names as separators' ends.
+            after = '":' + json.dumps(reason)
+            return '{"' + (after + ',"').join(reasons) + after + "}"
         if distinct and all(type(r) is str for r in distinct):
             ends = {r: '":' + json.dumps(r) for r in distinct}
             pairs = map(add, reasons, map(ends.__getitem__, reasons.values()))
