@@ -45,6 +45,7 @@ Decisions where the sources are silent or disagree:
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -350,7 +351,17 @@ _FLOAT_COLUMNS: Final = (
     "cpu_max",
     "gpu_max",
 )
-_BOOL_COLUMNS: Final = ("fresh", "has_measurement", "eco", "performance")
+_BOOL_COLUMNS: Final = ("fresh", "has_measurement", "eco", "performance", "draining")
+_KEPT_OFF_REASONS: Final = np.array(
+    [
+        None,
+        filter_reason(True, SchedulableClass.ECO, None),
+        filter_reason(True, SchedulableClass.DRAINING, None),
+    ],
+    dtype=object,
+)
+"""A performance pod's filter reason by ``eco + 2 x draining``."""
+_REMEMBERED_LISTS: Final = 4
 
 
 class ScoreTable:
@@ -362,6 +373,11 @@ class ScoreTable:
 
     Row 0 is a permanent unknown node (neutral), so a name the table does not hold is looked up
     as row 0 without a branch. Removing a node moves the last row into its place.
+
+    Looking up thousands of names is most of a request's cost, and kube-scheduler often asks
+    about the same list again (see :class:`joulie.extender.wire.NameLists`, which hands over the
+    same tuple for it): the rows of the last few tuples are kept, by identity, until a node is
+    added or removed.
     """
 
     def __init__(
@@ -376,6 +392,11 @@ class ScoreTable:
         self._bool = {name: np.zeros(self._capacity, dtype=np.bool_) for name in _BOOL_COLUMNS}
         self._float["cores_div"][:] = 1.0
         self._cluster: ClusterTerms | None = ClusterTerms()
+        self._layout = 0
+        """Changes whenever a name gets or loses a row."""
+        self._rows_of: deque[tuple[Sequence[str], int, npt.NDArray[np.intp]]] = deque(
+            maxlen=_REMEMBERED_LISTS
+        )
 
     def __len__(self) -> int:
         return len(self._index)
@@ -405,6 +426,7 @@ class ScoreTable:
             self._index[name] = row
             self._names.append(name)
             self._terms.append(terms)
+            self._layout += 1
         else:
             self._terms[row] = terms
         self._write(row, terms)
@@ -428,6 +450,7 @@ class ScoreTable:
         self._terms.pop()
         self._clear(last)
         self._cluster = None
+        self._layout += 1
 
     def cluster(self) -> ClusterTerms:
         """The cluster terms over every stored node (equal to :func:`cluster_terms` of them)."""
@@ -441,18 +464,39 @@ class ScoreTable:
             self._cluster = _cluster(pressures, trends)
         return self._cluster
 
-    def scores(self, demand: PodDemand, names: Sequence[str]) -> FloatArray:
-        """The score (0-100) of each named node for the pod; unknown names score neutral."""
+    def rows(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
+        """Each name's row (0 for a name the table does not hold); read-only."""
+        for listed, layout, rows in self._rows_of:
+            if listed is names and layout == self._layout:
+                return rows
         rows = np.fromiter(
             map(self._index.get, names, repeat(0, len(names))), dtype=np.intp, count=len(names)
         )
-        return self._all_scores(demand)[rows]
+        rows.flags.writeable = False
+        if isinstance(names, tuple):  # immutable, so the same object is the same names
+            self._rows_of.appendleft((names, self._layout, rows))
+        return rows
+
+    def filter_reasons(self, names: Sequence[str]) -> list[str | None]:
+        """:func:`filter_reason` of a performance pod for each named node by its twin class alone
+        (None where the table holds no class that keeps it off)."""
+        rows = self.rows(names)
+        code = self._bool["eco"][rows].astype(np.intp) + 2 * self._bool["draining"][rows]
+        return cast(list[str | None], _KEPT_OFF_REASONS[code].tolist())
+
+    def scores(self, demand: PodDemand, names: Sequence[str]) -> FloatArray:
+        """The score (0-100) of each named node for the pod; unknown names score neutral."""
+        return self._all_scores(demand)[self.rows(names)]
 
     def priorities(self, demand: PodDemand, names: Sequence[str]) -> list[int]:
         """kube-scheduler priorities (0..10, see :func:`extender_priority`), one per name."""
+        return cast(list[int], self.priority_array(demand, names).tolist())
+
+    def priority_array(self, demand: PodDemand, names: Sequence[str]) -> npt.NDArray[np.intp]:
+        """:meth:`priorities` as an array."""
         values = self.scores(demand, names)
         rounded = np.clip(np.floor(values / 10.0 + 0.5), 0, MAX_EXTENDER_PRIORITY)
-        return cast(list[int], rounded.astype(np.int64).tolist())
+        return rounded.astype(np.intp)
 
     def explain(self, demand: PodDemand, name: str) -> dict[str, Any]:
         """Every term of one node's score for the pod, as JSON-ready values."""
@@ -534,6 +578,7 @@ class ScoreTable:
         b["has_measurement"][row] = terms.has_measurement
         b["eco"][row] = terms.schedulable_class == SchedulableClass.ECO
         b["performance"][row] = terms.schedulable_class == SchedulableClass.PERFORMANCE
+        b["draining"][row] = terms.schedulable_class == SchedulableClass.DRAINING
 
     def _clear(self, row: int) -> None:
         for values in self._float.values():

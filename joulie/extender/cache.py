@@ -19,10 +19,9 @@ import structlog
 from pydantic import ValidationError
 
 from joulie.api import keys
-from joulie.api.enums import SchedulableClass
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinStatus
-from joulie.core.scoring import ScoreTable, filter_reason, node_terms
+from joulie.core.scoring import ScoreTable, node_terms
 from joulie.core.twin import lease_is_current, measurement_failed
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
@@ -117,11 +116,7 @@ class ExtenderCache:
 
     def __init__(self, client: KubeClient, manager_namespace: str) -> None:
         self.table = ScoreTable()
-        self.classes: dict[str, SchedulableClass | None] = {}
-        """Per node with a twin: its schedulable class."""
-        self.refusals: dict[str, str] = {}
-        """Per node a performance pod must stay off by its twin class: the reason (computed on
-        change, so a filter request is one lookup per node)."""
+        """Every node with a readable twin status: its terms, and its class for the filter."""
         self._reported: dict[str, str] = {}
         self.twins: Informer[TwinView] = Informer(client, NODETWINS, twin_view)
         self.hardware: Informer[HardwareView] = Informer(client, NODEHARDWARES, hardware_view)
@@ -159,19 +154,7 @@ class ExtenderCache:
         for view in (twin, hardware):
             if view is not None and view.problem is not None:
                 self._report(node, view.problem)
-        if twin is None:
-            self.classes.pop(node, None)
-            self.refusals.pop(node, None)
-            self.table.set(node, None)
-            return
-        klass = twin.status.schedulable_class if twin.status else None
-        self.classes[node] = klass
-        reason = filter_reason(True, klass, None)
-        if reason is None:
-            self.refusals.pop(node, None)
-        else:
-            self.refusals[node] = reason
-        if twin.status is None:
+        if twin is None or twin.status is None:
             self.table.set(node, None)
             return
         self.table.set(

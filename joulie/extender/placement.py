@@ -19,6 +19,7 @@ from joulie.api import keys
 from joulie.core.pod_power import is_performance_pod, pod_demand
 from joulie.core.scoring import extender_priority, filter_reason
 from joulie.extender.cache import ExtenderCache
+from joulie.extender.wire import Scores
 
 NEUTRAL = extender_priority(50.0)
 
@@ -36,28 +37,24 @@ class CachePlacement:
         pod: Mapping[str, Any],
         nodes: Sequence[str],
         labels: Mapping[str, Mapping[str, str]] | None,
-    ) -> tuple[list[str], dict[str, str]]:
+    ) -> list[str | None]:
         if not is_performance_pod(pod):
-            return list(nodes), {}
-        refusals = self.cache.refusals
-        failed = {node: refusals[node] for node in nodes if node in refusals}
+            return [None] * len(nodes)
+        table = self.cache.table
+        reasons = table.filter_reasons(nodes)
         if labels:
             # Whole Node objects: a node without a twin class goes by its profile label.
-            classes = self.cache.classes
-            for node in nodes:
-                if classes.get(node) is None:
+            for i, node in enumerate(nodes):
+                terms = table.terms(node)
+                if terms is None or terms.schedulable_class is None:
                     label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL)
-                    reason = filter_reason(True, None, label)
-                    if reason is not None:
-                        failed[node] = reason
-        if not failed:
-            return list(nodes), failed
-        return [node for node in nodes if node not in failed], failed
+                    reasons[i] = filter_reason(True, None, label)
+        return reasons
 
-    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> list[int]:
+    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> Scores:
         if not self.cache.manager_alive(self._clock()):
             return [NEUTRAL] * len(nodes)
-        return self.cache.table.priorities(pod_demand(pod), nodes)
+        return self.cache.table.priority_array(pod_demand(pod), nodes)
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
         alive = self.cache.manager_alive(self._clock())

@@ -18,6 +18,7 @@ from joulie.extender.cache import ExtenderCache
 from joulie.extender.placement import CachePlacement
 from joulie.extender.server import extender_app, serve
 from joulie.extender.settings import ExtenderSettings
+from joulie.extender.wire import Scores
 from joulie.kube.client import KubeClient
 from joulie.kube.connection import ClusterConnector
 
@@ -30,8 +31,8 @@ class _Unsynced:
     def ready(self) -> bool:
         return False
 
-    def filter(self, pod: Any, nodes: Any, labels: Any) -> tuple[list[str], dict[str, str]]:
-        return list(nodes), {}
+    def filter(self, pod: Any, nodes: Any, labels: Any) -> list[str | None]:
+        return [None] * len(nodes)
 
     def prioritize(self, pod: Any, nodes: Any) -> list[int]:
         return [5] * len(nodes)
@@ -49,12 +50,12 @@ class _Switch:
     def ready(self) -> bool:
         return bool(self.current.ready())
 
-    def filter(self, pod: Any, nodes: Any, labels: Any) -> tuple[list[str], dict[str, str]]:
-        result: tuple[list[str], dict[str, str]] = self.current.filter(pod, nodes, labels)
+    def filter(self, pod: Any, nodes: Any, labels: Any) -> list[str | None]:
+        result: list[str | None] = self.current.filter(pod, nodes, labels)
         return result
 
-    def prioritize(self, pod: Any, nodes: Any) -> list[int]:
-        result: list[int] = self.current.prioritize(pod, nodes)
+    def prioritize(self, pod: Any, nodes: Any) -> Scores:
+        result: Scores = self.current.prioritize(pod, nodes)
         return result
 
     def explain(self, pod: Any, node: str) -> Any:

@@ -31,7 +31,7 @@ import json
 import ssl
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -68,12 +68,13 @@ class Placement(Protocol):
         pod: Mapping[str, Any],
         nodes: Sequence[str],
         labels: Mapping[str, Mapping[str, str]] | None,
-    ) -> tuple[list[str], dict[str, str]]:
-        """The nodes the pod may run on (any order; answered in the request's order) and a reason
-        for each one it may not. ``labels`` holds each node's labels when kube-scheduler sent
-        whole Node objects, None when it sent names only."""
+    ) -> Sequence[str | None]:
+        """For each node, in order: None when the pod may run on it, else why it may not (a
+        non-empty string; kube-scheduler shows it in the pod's FailedScheduling event).
+        ``labels`` holds each node's labels when kube-scheduler sent whole Node objects, None
+        when it sent names only."""
 
-    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> list[int]:
+    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> wire.Scores:
         """A score from 0 to 10 for each node, in the order of ``nodes``."""
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
@@ -167,48 +168,6 @@ class _Refused(Exception):
         self.answer = answer
 
 
-def _all_str(values: Iterable[Any]) -> bool:
-    values = list(values)
-    # Checked in C for the thousands of names a call carries; isinstance for str subclasses.
-    return set(map(type, values)) <= {str} or all(isinstance(v, str) for v in values)
-
-
-def _all_reasons_str(reasons: Mapping[str, Any]) -> bool:
-    # A few distinct reasons for thousands of nodes: the distinct ones are checked.
-    try:
-        distinct = set(reasons.values())
-    except TypeError:  # unhashable, so not a str
-        return False
-    return all(isinstance(reason, str) for reason in distinct)
-
-
-def _filter_body(args: wire.ExtenderArgs, passing: Any, failed: Any) -> bytes:
-    """The placement's filter decision, checked against its contract."""
-    keep = list(passing)
-    reasons = dict(failed)
-    if not reasons and len(keep) == len(args.names) and tuple(keep) == args.names:
-        return wire.pass_all_response(args)  # every node kept (all of them, for a standard pod)
-    if not _all_str(keep):
-        raise TypeError("filter returned a node name that is not a string")
-    known = args.known
-    if not reasons.keys() <= known:
-        stray = set(reasons).difference(known)
-        raise ValueError(f"failed nodes not in the request: {sorted(stray)[:5]}")
-    kept = set(keep)
-    if not kept.isdisjoint(reasons):
-        both = kept.intersection(reasons)
-        raise ValueError(f"nodes both passing and failed: {sorted(both)[:5]}")
-    if not _all_reasons_str(reasons):
-        raise TypeError("filter returned a reason that is not a string")
-    # Every node left out gets a reason: kube-scheduler shows them in FailedScheduling events.
-    # (Both sets are disjoint and within the request, so their sizes tell whether one is left.)
-    if len(kept) + len(reasons) != len(known):
-        for name in args.names:
-            if name not in kept and name not in reasons:
-                reasons[name] = "filtered out by the Joulie extender"
-    return wire.filter_response(args, kept, reasons)
-
-
 def debug_pod(query: Mapping[str, str]) -> dict[str, Any]:
     """A minimal pod from the debug view's query (class, cpu, memory, gpus); WireError if bad."""
     unknown = set(query).difference({"node", "class", "cpu", "memory", "gpus"})
@@ -281,10 +240,11 @@ def extender_app(
     limit_s = settings.extender_request_timeout
     max_body = settings.extender_max_body_bytes
     failures = FailureLog(clock)
+    lists = wire.NameLists()
 
     def parse(body: bytes, verb: Verb) -> wire.ExtenderArgs:
         try:
-            return wire.parse_args(body)
+            return wire.parse_args(body, lists)
         except wire.WireError as exc:
             failures.report(
                 (verb.value, "bad_request"),
@@ -361,8 +321,8 @@ def extender_app(
         if overdue(Verb.FILTER, args, started):
             return _Answer(200, wire.pass_all_response(args), Outcome.TIMEOUT, count)
         try:
-            passing, failed = placement.filter(args.pod, args.names, args.labels)
-            body = _filter_body(args, passing, failed)
+            reasons = placement.filter(args.pod, args.names, args.labels)
+            body = wire.filter_response(args, reasons, lists=lists)
         except Exception as exc:
             failures.internal(Verb.FILTER.value, exc, nodes=count)
             return _Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
@@ -378,14 +338,14 @@ def extender_app(
         count = len(args.names)
         neutral = [NEUTRAL_SCORE] * count
         if overdue(Verb.PRIORITIZE, args, started):
-            body = wire.prioritize_response(args.names, neutral)
+            body = wire.prioritize_response(args.names, neutral, args.plain)
             return _Answer(200, body, Outcome.TIMEOUT, count)
         try:
-            scores = list(placement.prioritize(args.pod, args.names))
-            body = wire.prioritize_response(args.names, scores)
+            scores = placement.prioritize(args.pod, args.names)
+            body = wire.prioritize_response(args.names, scores, args.plain)
         except Exception as exc:
             failures.internal(Verb.PRIORITIZE.value, exc, nodes=count)
-            body = wire.prioritize_response(args.names, neutral)
+            body = wire.prioritize_response(args.names, neutral, args.plain)
             return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
         return _Answer(200, body, decided(Verb.PRIORITIZE, started, count), count)
 

@@ -10,19 +10,27 @@ filter echoes the surviving Node items unchanged.
 kube-scheduler sends node names when the extender is configured ``nodeCacheCapable: true`` and
 full Node objects otherwise; a filter answer has to come back in the form the request used, since
 kube-scheduler reads only that field of the answer.
+
+A list of thousands of names is most of a request's cost, and kube-scheduler sends the same list
+again and again: every call when all nodes are listed (up to 100 nodes, or with
+``percentageOfNodesToScore: 100``), and in prioritize the list the filter answered. So
+:class:`NameLists` keeps the last few NodeNames arrays by their exact bytes, already checked; a
+body that ends with one of them has only its pod decoded.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from functools import cached_property
-from itertools import chain
+from itertools import compress
 from operator import add
 from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import orjson
 
 MIN_SCORE: Final = 0
 MAX_SCORE: Final = 10
@@ -62,16 +70,13 @@ class ExtenderArgs:
     """The v1.Pod as kube-scheduler sent it."""
     form: NodeForm
     names: tuple[str, ...]
-    """The candidate nodes, in the order sent (both forms)."""
+    """The candidate nodes, in the order sent (both forms; never empty or repeated)."""
     nodes: tuple[WireNode, ...] = ()
     """The full Node items (Nodes form only; empty in the NodeNames form)."""
-    name_set: AbstractSet[str] | None = field(default=None, compare=False, repr=False)
-    """``names`` as a set when the reading built one already (never changed afterwards)."""
-
-    @cached_property
-    def known(self) -> AbstractSet[str]:
-        """The candidate node names as a set."""
-        return self.name_set if self.name_set is not None else frozenset(self.names)
+    names_json: bytes | None = None
+    """``names`` as a JSON array, when the reading has it at hand (NodeNames form)."""
+    plain: bool | None = None
+    """Whether every name is written in JSON as itself (None: not known yet)."""
 
     @property
     def labels(self) -> dict[str, Mapping[str, str]] | None:
@@ -79,6 +84,48 @@ class ExtenderArgs:
         if self.form is NodeForm.NAMES:
             return None
         return {node.name: node.labels for node in self.nodes}
+
+
+@dataclass(frozen=True, slots=True)
+class NameList:
+    """A NodeNames array already read and checked: its names, its JSON and whether every name is
+    written in JSON as itself."""
+
+    names: tuple[str, ...]
+    json: bytes
+    plain: bool
+
+
+MIN_REMEMBERED_BYTES: Final = 2048
+"""Shorter NodeNames arrays are decoded every time: it costs little, and keeping them would push
+the long lists out of :class:`NameLists`."""
+
+
+class NameLists:
+    """The NodeNames arrays seen last, by their exact bytes: the ones requests sent and the ones
+    filter answers wrote (kube-scheduler sends an answer's list back in prioritize).
+
+    Equal bytes are equal names, so a hit needs no decoding and no checks. Entries are compared
+    newest first, by length before content, so a miss costs a few length checks."""
+
+    def __init__(self, size: int = 8, min_bytes: int = MIN_REMEMBERED_BYTES) -> None:
+        self._size = size
+        self._min_bytes = min_bytes
+        self._entries: list[NameList] = []
+
+    def find(self, array: bytes) -> NameList | None:
+        for i, entry in enumerate(self._entries):
+            if entry.json == array:
+                if i:
+                    self._entries.insert(0, self._entries.pop(i))
+                return entry
+        return None
+
+    def remember(self, entry: NameList) -> None:
+        if len(entry.json) < self._min_bytes or self.find(entry.json) is not None:
+            return
+        self._entries.insert(0, entry)
+        del self._entries[self._size :]
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -101,7 +148,21 @@ def _no_constants(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
+def _quick_json(body: bytes) -> Any:
+    """The decoded body, or ``_ABSENT`` when orjson refuses it (see :func:`_json`)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _ABSENT
+
+
 def _json(body: bytes) -> Any:
+    decoded = _quick_json(body)
+    if decoded is not _ABSENT:
+        return decoded
+    # orjson refuses what Go refuses (NaN, bad UTF-8, nesting past 1,024) but also a few things
+    # Go reads, such as a lone surrogate escape; the standard library reads those, and its
+    # messages say where the rest go wrong.
     try:
         # NaN and Infinity are Python extensions, not JSON: Go would refuse them too.
         return json.loads(body, parse_constant=_no_constants)
@@ -131,14 +192,66 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def parse_args(body: bytes) -> ExtenderArgs:
-    """Read an ExtenderArgs body (filter and prioritize send the same); WireError if malformed."""
-    top = _object(_json(body), "the body")
+_NAMES_MEMBER: Final = b',"NodeNames":['
+
+
+def _split(body: bytes) -> tuple[bytes, bytes] | None:
+    """The body without its NodeNames member (as an object) and that member's array, when the
+    body ends with it as Go writes it (``{"Pod":...,"Nodes":null,"NodeNames":[...]}``).
+
+    Only a guess until both parts decode: then the cut was outside every string at the top level
+    (an object cannot end with an open string or an open bracket), so the array is the
+    NodeNames member, the last key of the body, which wins over any earlier one as in Go."""
+    if not body.endswith(b"]}"):
+        return None
+    at = body.rfind(_NAMES_MEMBER)
+    if at <= 0:
+        return None
+    return body[:at] + b"}", body[at + len(_NAMES_MEMBER) - 1 : -1]
+
+
+def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
+    """The body's top-level object and its NodeNames, read in two parts and the names from
+    ``lists`` when it holds them; None when the body does not split (then it is read whole)."""
+    parts = _split(body)
+    if parts is None:
+        return None
+    head, array = parts
+    top = _quick_json(head)
+    if not isinstance(top, dict):
+        return None
+    listed = lists.find(array)
+    if listed is None:
+        value = _quick_json(array)
+        if not isinstance(value, list):
+            return None
+        try:
+            names = _names(value)
+        except WireError:
+            return None  # read whole, so the reason is the one the whole body gives
+        # Without a backslash no quote can be inside a name, so printable ASCII and quotes
+        # alone mean every name is written as itself.
+        listed = NameList(names, array, not array.translate(None, _PLAIN_ARRAY))
+        lists.remember(listed)
+    return top, listed
+
+
+def parse_args(body: bytes, lists: NameLists | None = None) -> ExtenderArgs:
+    """Read an ExtenderArgs body (filter and prioritize send the same); WireError if malformed.
+    ``lists`` spares decoding and checking a NodeNames array read before."""
+    quick = _quick_names(body, lists) if lists is not None else None
+    if quick is not None:
+        top, listed = quick
+        return _args(top, listed)
+    return _args(_object(_json(body), "the body"), None)
+
+
+def _args(top: Mapping[str, Any], listed: NameList | None) -> ExtenderArgs:
     pod = _field(top, "Pod")
     if pod is _ABSENT or pod is None:
         raise WireError("no Pod in the body")
     pod = _object(pod, "Pod")
-    names = _field(top, "NodeNames")
+    names: Any = listed if listed is not None else _field(top, "NodeNames")
     items = _field(top, "Nodes")
     has_names = names is not _ABSENT and names is not None
     has_items = items is not _ABSENT and items is not None
@@ -147,9 +260,10 @@ def parse_args(body: bytes) -> ExtenderArgs:
             "both NodeNames and Nodes are set; kube-scheduler sends one "
             "(NodeNames with nodeCacheCapable: true, Nodes otherwise)"
         )
+    if listed is not None:
+        return ExtenderArgs(pod, NodeForm.NAMES, listed.names, (), listed.json, listed.plain)
     if has_names:
-        listed, name_set = _names(names)
-        return ExtenderArgs(pod, NodeForm.NAMES, listed, name_set=name_set)
+        return ExtenderArgs(pod, NodeForm.NAMES, _names(names))
     if has_items:
         nodes = _nodes(items)
         return ExtenderArgs(pod, NodeForm.NODES, tuple(n.name for n in nodes), nodes)
@@ -161,8 +275,8 @@ def parse_pod(body: bytes) -> Mapping[str, Any]:
     return _object(_json(body), "the body")
 
 
-def _names(value: Any) -> tuple[tuple[str, ...], set[str]]:
-    """The names, and the same as a set."""
+def _names(value: Any) -> tuple[str, ...]:
+    """The names of a NodeNames array, checked: strings, none empty, none twice."""
     if not isinstance(value, list):
         raise WireError(f"NodeNames is {_type_name(value)}, not an array")
     # The common case checked in C (thousands of names per call); the loop below finds and
@@ -170,13 +284,14 @@ def _names(value: Any) -> tuple[tuple[str, ...], set[str]]:
     if set(map(type, value)) <= {str}:
         unique = set(value)
         if "" not in unique and len(unique) == len(value):
-            return tuple(value), unique
+            return tuple(value)
     for i, name in enumerate(value):
         if not isinstance(name, str):
             raise WireError(f"NodeNames[{i}] is {_type_name(name)}, not a string")
         if not name:
             raise WireError(f"NodeNames[{i}] is empty")
-    return tuple(value), _no_repeats(value, "NodeNames")
+    _no_repeats(value, "NodeNames")
+    return tuple(value)
 
 
 def _no_repeats(names: Sequence[str], where: str) -> set[str]:
@@ -239,6 +354,7 @@ def _node(item: Any, i: int) -> WireNode:
 
 _PLAIN: Final = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
 """What json.dumps writes as itself: printable ASCII except the quote and the backslash."""
+_PLAIN_ARRAY: Final = _PLAIN + b'"'
 
 
 def _plain(values: Iterable[Any]) -> bool:
@@ -254,14 +370,23 @@ def _dump(value: Any) -> bytes:
     return _dump_text(value).encode()
 
 
+def _dump_nodes(value: Any) -> bytes:
+    """Node objects to echo: the same values as :func:`_dump`, several times faster for the
+    megabytes of them a Nodes-form answer carries (non-ASCII text is written as UTF-8)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, which UTF-8 cannot encode
+        return _dump(value)
+
+
 def _dump_text(value: Any) -> str:
     # ensure_ascii (the default) also escapes lone surrogates, which a JSON request may carry
     # and UTF-8 cannot encode.
     return json.dumps(value, separators=(",", ":"))
 
 
-def _names_text(names: Sequence[str]) -> str:
-    if names and _plain(names):
+def _names_text(names: Sequence[str], plain: bool | None = None) -> str:
+    if names and (_plain(names) if plain is None else plain):
         return '["' + '","'.join(names) + '"]'
     return _dump_text(list(names))
 
@@ -288,56 +413,92 @@ def _reasons_text(reasons: Mapping[str, str]) -> str:
 
 def filter_response(
     args: ExtenderArgs,
-    passing: Iterable[str],
-    failed: Mapping[str, str],
+    reasons: Sequence[str | None],
+    *,
     unresolvable: Mapping[str, str] | None = None,
     error: str = "",
+    lists: NameLists | None = None,
 ) -> bytes:
-    """An ExtenderFilterResult in the request's form. ``passing`` must be names from the request;
-    they are answered in the request's order. ``failed`` nodes may be preempted into;
-    ``unresolvable`` ones are left out of preemption as well."""
-    keep = passing if isinstance(passing, set | frozenset) else set(passing)
-    if not keep <= args.known:
-        unknown = keep.difference(args.names)
-        raise ValueError(f"passing nodes not in the request: {sorted(unknown)[:5]}")
+    """An ExtenderFilterResult in the request's form. ``reasons`` holds one entry per requested
+    node, in the request's order: None keeps the node, a string is why it is filtered out (such
+    nodes may be preempted into); ``unresolvable`` nodes are left out of preemption as well.
+    ``lists`` learns the kept names, which kube-scheduler sends back in prioritize."""
+    if len(reasons) != len(args.names):
+        raise ValueError(f"{len(reasons)} filter reasons for {len(args.names)} nodes")
+    try:
+        distinct: set[object] = set(reasons)  # a few distinct reasons for thousands of nodes
+    except TypeError:  # an unhashable one, which is neither None nor a string
+        distinct = {type(r) for r in reasons if r is not None and type(r) is not str}
+    for reason in distinct:
+        if not (reason is None or (type(reason) is str and reason)):
+            raise TypeError(f"a filter reason is {reason!r}: expected None or a non-empty string")
+    failed = dict(zip(compress(args.names, reasons), filter(None, reasons), strict=True))
     if args.form is NodeForm.NAMES:
-        # As many kept as were asked about (all of them known) is every one of them.
-        kept = (
-            args.names if len(keep) == len(args.names) else [*filter(keep.__contains__, args.names)]
-        )
-        nodes, names = "null", _names_text(kept)
+        if not failed:
+            kept_json = args.names_json or _names_text(args.names).encode()
+        else:
+            kept = tuple(compress(args.names, map(_is_none, reasons)))
+            kept_json = _names_text(kept, args.plain).encode()
+            if lists is not None and args.plain:
+                lists.remember(NameList(kept, kept_json, True))
+        nodes, names = b"null", kept_json
     else:
-        nodes = _dump_text({"items": [node.raw for node in args.nodes if node.name in keep]})
-        names = "null"
-    return (
-        f'{{"Nodes":{nodes},"NodeNames":{names},"FailedNodes":{_reasons_text(failed)},'
-        f'"FailedAndUnresolvableNodes":{_reasons_text(unresolvable or {})},'
-        f'"Error":{_dump_text(error)}}}'
-    ).encode()
+        kept_nodes = compress(args.nodes, map(_is_none, reasons))
+        nodes, names = _dump_nodes({"items": [node.raw for node in kept_nodes]}), b"null"
+    return b"".join(
+        (
+            b'{"Nodes":',
+            nodes,
+            b',"NodeNames":',
+            names,
+            b',"FailedNodes":',
+            _reasons_text(failed).encode(),
+            b',"FailedAndUnresolvableNodes":',
+            _reasons_text(unresolvable or {}).encode(),
+            b',"Error":',
+            _dump(error),
+            b"}",
+        )
+    )
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 def pass_all_response(args: ExtenderArgs) -> bytes:
     """A filter answer that keeps every node: what the extender says when it cannot decide."""
-    if args.form is NodeForm.NAMES:
-        names = _names_text(args.names)
-        return (
-            f'{{"Nodes":null,"NodeNames":{names},"FailedNodes":{{}},'
-            '"FailedAndUnresolvableNodes":{},"Error":""}'
-        ).encode()
-    return filter_response(args, args.known, {})
+    return filter_response(args, [None] * len(args.names))
 
 
-_NEXT_HOST: Final = ',{"Host":"'
-_AFTER_NAME: Final = {score: f'","Score":{score}}}{_NEXT_HOST}' for score in range(MAX_SCORE + 1)}
+Scores = Sequence[int] | npt.NDArray[np.integer[Any]]
+"""Prioritize scores: a sequence of ints, or an integer array (what the score table computes)."""
+
+_AFTER_NAME: Final = np.array(
+    [f'","Score":{score}}},{{"Host":"' for score in range(MAX_SCORE + 1)], dtype=object
+)
 """What follows a node name in a HostPriorityList, by score: its score and the next entry's
-start (cut off after the last name)."""
-_SCORES: Final = frozenset(_AFTER_NAME)
+start; after the last name, ``_AFTER_LAST`` instead."""
+_AFTER_LAST: Final = [f'","Score":{score}}}]' for score in range(MAX_SCORE + 1)]
+_SCORES: Final = frozenset(range(MIN_SCORE, MAX_SCORE + 1))
 
 
-def prioritize_response(names: Sequence[str], scores: Sequence[int]) -> bytes:
-    """A HostPriorityList: a bare array of {"Host", "Score"}, integer scores 0..10."""
+def _score_array(names: Sequence[str], scores: Scores) -> npt.NDArray[np.intp]:
+    """The scores as an array, each checked to be an integer in 0..10 (ValueError naming the
+    first one that is not)."""
     if len(names) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(names)} nodes")
+    if isinstance(scores, np.ndarray):
+        if scores.dtype.kind not in "iu":
+            raise ValueError(f"scores of dtype {scores.dtype}, not integers")
+        values = scores.astype(np.intp, copy=False)
+        out_of_range = (values < MIN_SCORE) | (values > MAX_SCORE)
+        if out_of_range.any():
+            i = int(np.argmax(out_of_range))
+            raise ValueError(
+                f"score of {names[i]!r} is {values[i]}, outside {MIN_SCORE}..{MAX_SCORE}"
+            )
+        return values
     # Checked in C for thousands of scores, exact ints only (the set alone would take True or
     # 5.0 for 1 or 5); the loop finds and names the first bad one.
     if not (set(map(type, scores)) <= {int} and set(scores) <= _SCORES):
@@ -346,8 +507,22 @@ def prioritize_response(names: Sequence[str], scores: Sequence[int]) -> bytes:
                 raise ValueError(f"score of {name!r} is {score!r}, not an integer")
             if not MIN_SCORE <= score <= MAX_SCORE:
                 raise ValueError(f"score of {name!r} is {score}, outside {MIN_SCORE}..{MAX_SCORE}")
-    if not (names and _plain(names)):
-        return _dump([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
-    after = map(_AFTER_NAME.__getitem__, scores)
-    body = "".join(chain.from_iterable(zip(names, after, strict=True)))
-    return ('[{"Host":"' + body[: -len(_NEXT_HOST)] + "]").encode()
+    return np.fromiter(scores, dtype=np.intp, count=len(scores))
+
+
+def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None = None) -> bytes:
+    """A HostPriorityList: a bare array of {"Host", "Score"}, integer scores 0..10. ``plain``
+    says whether every name is written in JSON as itself (None: find out)."""
+    values = _score_array(names, scores)
+    if plain is None:
+        plain = _plain(names)
+    if not (names and plain):
+        return _dump([{"Host": n, "Score": s} for n, s in zip(names, values.tolist(), strict=True)])
+    # One list of name, what-follows, name, ...: a single join and a single encode (slicing or
+    # concatenating the joined text would copy it again each time).
+    pieces: list[str] = [""] * (2 * len(names))
+    pieces[0::2] = names
+    pieces[1::2] = _AFTER_NAME[values].tolist()
+    pieces[0] = '[{"Host":"' + pieces[0]
+    pieces[-1] = _AFTER_LAST[values[-1]]
+    return "".join(pieces).encode()

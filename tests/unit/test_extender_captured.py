@@ -30,7 +30,8 @@ def test_a_filter_answer_comes_back_in_the_form_asked() -> None:
     for form in ("names", "nodes"):
         args = wire.parse_args((CAPTURED / f"filter-{form}.json").read_bytes())
         kept = [n for n in args.names if "l40s" not in n]
-        answer = json.loads(wire.filter_response(args, kept, {"cap-kwok-l40s-0": "eco"}))
+        reasons = ["eco" if "l40s" in n else None for n in args.names]
+        answer = json.loads(wire.filter_response(args, reasons))
         assert answer["FailedNodes"] == {"cap-kwok-l40s-0": "eco"}
         if form == "names":
             assert answer["NodeNames"] == kept

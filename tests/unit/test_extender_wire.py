@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from joulie.extender.wire import (
+    MIN_REMEMBERED_BYTES,
     ExtenderArgs,
+    NameLists,
     NodeForm,
     WireError,
     filter_response,
@@ -60,8 +62,7 @@ def test_the_nodes_form_keeps_each_node_as_sent() -> None:
 
 def test_filter_answers_names_for_names() -> None:
     args = parse_args(body("args-node-names.json"))
-    # Passing nodes come back in the request's order, whatever order the placement used.
-    out = json.loads(filter_response(args, ["gpu-h-07", "cpu-a-01"], {"gpu-h-08": "node is eco"}))
+    out = json.loads(filter_response(args, [None, None, "node is eco"]))
     assert list(out) == FILTER_RESULT_KEYS
     assert out["Nodes"] is None
     assert out["NodeNames"] == ["cpu-a-01", "gpu-h-07"]
@@ -74,12 +75,7 @@ def test_filter_answers_nodes_for_nodes_echoing_survivors_unchanged() -> None:
     sent = doc("args-nodes.json")["Nodes"]["items"]
     args = parse_args(body("args-nodes.json"))
     out = json.loads(
-        filter_response(
-            args,
-            ["cpu-a-01", "gpu-h-07"],
-            {"gpu-h-08": "node is eco"},
-            unresolvable={"gpu-h-08": "node is eco"},
-        )
+        filter_response(args, [None, None, "node is eco"], unresolvable={"gpu-h-08": "node is eco"})
     )
     assert list(out) == FILTER_RESULT_KEYS
     assert out["NodeNames"] is None
@@ -128,10 +124,17 @@ def test_prioritize_refuses_scores_kube_scheduler_would_misread(
         prioritize_response(["a"], scores)
 
 
-def test_filter_refuses_a_passing_node_that_was_not_asked_about() -> None:
+@pytest.mark.parametrize(
+    ("reasons", "error"),
+    [([None, None], "2 filter reasons for 3 nodes"), ([None, None, ""], "a filter reason is ''"),
+     ([None, 3, None], "a filter reason is 3"), ([None, ["no"], None], "is <class 'list'>")],
+)  # fmt: skip
+def test_filter_refuses_reasons_that_do_not_match_the_request(
+    reasons: list[Any], error: str
+) -> None:
     args = parse_args(body("args-node-names.json"))
-    with pytest.raises(ValueError, match="not in the request"):
-        filter_response(args, ["cpu-a-01", "elsewhere"], {})
+    with pytest.raises((ValueError, TypeError), match=error):
+        filter_response(args, reasons)
 
 
 def lower_keys(value: Any, depth: int) -> Any:
@@ -164,7 +167,7 @@ def test_nulls_where_go_sends_them() -> None:
         b'{"metadata":{"name":"m"}}]},"NodeNames":null}'
     )
     assert args.labels == {"n": {}, "m": {}}
-    out = json.loads(filter_response(args, ["n"], {"m": "no"}, unresolvable=None))
+    out = json.loads(filter_response(args, [None, "no"], unresolvable=None))
     assert out["FailedAndUnresolvableNodes"] == {}
 
 
@@ -238,12 +241,10 @@ def test_filter_keeps_exactly_the_passing_names_in_request_order(
 ) -> None:
     args = parse_args(json.dumps({"Pod": {}, "Nodes": None, "NodeNames": names}).encode())
     assert args == ExtenderArgs({}, NodeForm.NAMES, tuple(names))
-    chosen = [n for n in names if data.draw(st.booleans())]
-    passing = data.draw(st.permutations(chosen))
-    failed = {n: "no" for n in names if n not in passing}
-    out = json.loads(filter_response(args, passing, failed))
-    assert out["NodeNames"] == [n for n in names if n in passing]
-    assert set(out["FailedNodes"]) | set(out["NodeNames"]) == set(names)
+    verdicts = [data.draw(st.sampled_from([None, "no", "eco"])) for _ in names]
+    out = json.loads(filter_response(args, verdicts))
+    assert out["NodeNames"] == [n for n, v in zip(names, verdicts, strict=True) if v is None]
+    assert out["FailedNodes"] == {n: v for n, v in zip(names, verdicts, strict=True) if v}
 
 
 # Node names as Kubernetes allows them (written as themselves in JSON), and any text at all (which
@@ -252,7 +253,7 @@ dns_names = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,30}[a-z0-9])?", fullmatch=True
 any_names = st.one_of(dns_names, st.text(min_size=1, max_size=12))
 reasons = st.one_of(
     st.sampled_from(["joulie: performance pods are kept off eco nodes", 'say "no" \\ here']),
-    st.text(max_size=12),
+    st.text(min_size=1, max_size=12),
 )
 
 
@@ -282,7 +283,7 @@ def test_answers_are_byte_for_byte_what_json_dumps_writes(
             }
         )
 
-    assert filter_response(args, passing[::-1], failed) == answer(passing, failed)
+    assert filter_response(args, [failed.get(n) for n in names]) == answer(passing, failed)
     assert pass_all_response(args) == answer(names, {})
 
 
@@ -294,7 +295,7 @@ def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
         [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
     )
     failed = dict.fromkeys(names[1000:], "joulie: performance pods are kept off eco nodes")
-    assert filter_response(args, set(names[:1000]), failed) == go(
+    assert filter_response(args, [None] * 1000 + [*failed.values()]) == go(
         {
             "Nodes": None,
             "NodeNames": names[:1000],
@@ -306,3 +307,102 @@ def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
     # One name JSON must escape: the whole answer takes json.dumps's way, and still agrees.
     odd = [*names[:10], 'quote"d']
     assert prioritize_response(odd, [3] * 11) == go([{"Host": n, "Score": 3} for n in odd])
+
+
+# --- lists read before -------------------------------------------------------------------------
+
+
+def names_args(pod: Any, names: list[str]) -> bytes:
+    return go({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+def test_a_long_list_read_before_is_taken_as_it_was() -> None:
+    lists = NameLists()
+    names = [f"kwok-gpu-h100-{i}" for i in range(500)]
+    assert len(go(names)) >= MIN_REMEMBERED_BYTES
+    first = parse_args(names_args({"metadata": {"name": "a"}}, names), lists)
+    again = parse_args(names_args({"metadata": {"name": "b"}}, names), lists)
+    assert again.names is first.names  # not decoded or checked again
+    assert again.pod == {"metadata": {"name": "b"}}
+    assert again.plain is True
+    fresh = parse_args(names_args({"metadata": {"name": "b"}}, names))
+    assert (again.names, again.pod) == (fresh.names, fresh.pod)
+    assert pass_all_response(again) == pass_all_response(fresh)
+    assert prioritize_response(again.names, [3] * 500, again.plain) == prioritize_response(
+        fresh.names, [3] * 500
+    )
+
+
+def test_the_names_a_filter_kept_are_known_when_prioritize_sends_them() -> None:
+    lists = NameLists()
+    names = [f"kwok-gpu-h100-{i}" for i in range(1000)]
+    args = parse_args(names_args({}, names), lists)
+    verdicts = ["eco" if i % 5 else None for i in range(1000)]
+    answer = json.loads(filter_response(args, verdicts, lists=lists))
+    kept = answer["NodeNames"]
+    assert kept == names[::5]
+    assert lists.find(go(kept)) is not None
+    back = parse_args(names_args({}, kept), lists)
+    assert back.names == tuple(kept)
+    assert back.names is parse_args(names_args({"x": 1}, kept), lists).names
+
+
+def test_a_short_list_is_read_every_time() -> None:
+    lists = NameLists()
+    body = names_args({}, ["a", "b"])
+    assert parse_args(body, lists).names is not parse_args(body, lists).names
+    assert lists.find(b'["a","b"]') is None
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=6))
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(["NodeNames", "nodenames", "Nodes", "a"]), inner, max_size=3
+        ),
+    ),
+    max_leaves=8,
+)
+members = st.fixed_dictionaries(
+    {},
+    optional={
+        "Pod": st.one_of(
+            st.dictionaries(st.sampled_from(["NodeNames", "a"]), json_value), json_value
+        ),
+        "Nodes": st.one_of(st.none(), st.just({"items": []}), json_value),
+        "nodenames": st.one_of(st.none(), st.lists(dns_names, max_size=3), json_value),
+        "NodeNames": st.one_of(
+            st.lists(dns_names, max_size=40),
+            st.lists(any_names, max_size=5),
+            st.lists(json_leaf, max_size=4),
+            json_value,
+        ),
+    },
+)
+
+
+def outcome(body: bytes, lists: NameLists | None) -> Any:
+    try:
+        args = parse_args(body, lists)
+    except WireError as exc:
+        return exc.reason
+    return (args.pod, args.form, args.names, args.nodes)
+
+
+@given(members, st.permutations(range(4)), st.booleans())
+def test_a_body_reads_the_same_with_lists_read_before(
+    parts: dict[str, Any], order: list[int], text_keys: bool
+) -> None:
+    """Whatever the body holds (a Pod with its own NodeNames key, NodeNames twice, the member
+    last or not, names that are not names), reading it with remembered lists (first a miss, then
+    a hit) gives exactly what reading it whole gives."""
+    keys = sorted(parts, key=lambda k: order[["Pod", "Nodes", "nodenames", "NodeNames"].index(k)])
+    raw = go({k: parts[k] for k in keys})
+    if text_keys:
+        raw = raw.replace(b'","', b'", "')  # spacing Go does not write: not a remembered list
+    lists = NameLists(min_bytes=0)
+    expected = outcome(raw, None)
+    assert outcome(raw, lists) == expected
+    assert outcome(raw, lists) == expected

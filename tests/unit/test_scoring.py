@@ -414,26 +414,42 @@ _names = st.text("abcdef", min_size=1, max_size=3)
 @given(
     nodes=st.dictionaries(_names, _terms, max_size=40),
     removed=st.lists(_names, max_size=10),
+    added=st.dictionaries(_names, _terms, max_size=5),
     queried=st.lists(_names, max_size=30),
     demand=_demand,
 )
 def test_table_equals_the_scalar_score(
-    nodes: dict[str, NodeTerms], removed: list[str], queried: list[str], demand: PodDemand
+    nodes: dict[str, NodeTerms],
+    removed: list[str],
+    added: dict[str, NodeTerms],
+    queried: list[str],
+    demand: PodDemand,
 ) -> None:
     table = ScoreTable(capacity=2)  # small, so the table grows and moves rows
     for name, node in nodes.items():
         table.set(name, node)
+    # One tuple asked about before and after nodes come and go: its remembered rows must not
+    # outlive the layout they were looked up in.
+    asked = (*nodes, *queried, *removed, *added)
+    table.scores(demand, asked)
     for name in removed:
         table.remove(name)
         nodes.pop(name, None)
+    for name, node in added.items():
+        table.set(name, node)
+        nodes[name] = node
     assert len(table) == len(nodes)
     cluster = table.cluster()
     assert cluster == cluster_terms(nodes.values())
-    names = [*nodes, *queried]
-    expected = [score(demand, nodes.get(name), cluster) for name in names]
-    assert table.scores(demand, names).tolist() == expected
-    assert table.priorities(demand, names) == [extender_priority(v) for v in expected]
-    for name in names[:5]:
+    for names in (asked, [*asked]):
+        expected = [score(demand, nodes.get(name), cluster) for name in names]
+        assert table.scores(demand, names).tolist() == expected
+        assert table.priorities(demand, names) == [extender_priority(v) for v in expected]
+        assert table.filter_reasons(names) == [
+            filter_reason(True, nodes[n].schedulable_class if n in nodes else None, None)
+            for n in names
+        ]
+    for name in asked[:5]:
         assert table.explain(demand, name)["score"] == score(demand, nodes.get(name), cluster)
 
 
