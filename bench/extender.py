@@ -15,8 +15,11 @@ its debug view must show fresh, non-neutral terms.
 1. Latency: one keep-alive connection, one request at a time, ``--requests`` per case for 1,000
    and 5,000 node names, ``--full-requests`` per case for 5,000 whole Node objects (as the API
    server lists them, managedFields kept); a performance pod and a standard pod (the filter only
-   looks at nodes for the former). Times are client-side round trips on loopback.
-2. Throughput: prioritize with 5,000 names on ``--concurrency`` connections for ``--seconds``.
+   looks at nodes for the former). Times are client-side round trips on loopback. Name lists
+   come two ways: the same list every time (kube-scheduler listing every node; the extender
+   remembers it) and a new list each time (64 rotations, more than it remembers).
+2. Throughput: prioritize with 5,000 names on ``--concurrency`` connections for ``--seconds``,
+   the same list and new lists.
 3. kube-scheduler (unless ``--skip-scheduler``): the bench nodes are made Ready (a Ready condition
    and no not-ready taint; both put back as they were at the end), ``--pods`` small pending pods
    are created in a fresh namespace with kube-scheduler stopped, then kube-scheduler is started
@@ -64,6 +67,8 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 EXTENDER_CPU = 0
 LOAD_CPU = 1
 WARMUP = 50
+LISTS = 64
+"""Distinct node lists per "new lists" case: more than the extender remembers."""
 
 
 # --- processes -----------------------------------------------------------------------------
@@ -284,10 +289,11 @@ def gc_pauses(hist: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, fl
 
 
 async def latency_case(
-    session: aiohttp.ClientSession, verb: str, body: bytes, count: int, metrics_port: int
+    session: aiohttp.ClientSession, verb: str, bodies: list[bytes], count: int, metrics_port: int
 ) -> tuple[list[float], bytes, float]:
-    """Client round trips of ``count`` requests after a warm-up, the last answer, and the mean
-    time the extender itself measured for them (from reading the body to the answer built)."""
+    """Client round trips of ``count`` requests after a warm-up (the bodies in turn), the last
+    answer, and the mean time the extender itself measured for them (from reading the body to
+    the answer built)."""
     latencies: list[float] = []
     last = b""
     before: dict[str, dict[str, float]] = {}
@@ -295,7 +301,7 @@ async def latency_case(
         if i == WARMUP:
             before = server_side(metrics_port)
         t0 = time.perf_counter()
-        async with session.post(f"/{verb}", data=body) as response:
+        async with session.post(f"/{verb}", data=bodies[i % len(bodies)]) as response:
             last = await response.read()
             if response.status != 200:
                 raise SystemExit(f"{verb}: HTTP {response.status}: {last[:300]!r}")
@@ -307,7 +313,7 @@ async def latency_case(
 
 
 async def measure_latency(
-    url: str, metrics_port: int, cases: list[tuple[str, str, str, bytes, int, int]]
+    url: str, metrics_port: int, cases: list[tuple[str, str, str, list[bytes], int, int]]
 ) -> list[dict[str, Any]]:
     out = []
     headers = {"Content-Type": "application/json"}
@@ -316,12 +322,12 @@ async def measure_latency(
     async with aiohttp.ClientSession(
         base_url=url, connector=connector, headers=headers, timeout=timeout
     ) as session:
-        for form, pod, verb, body, sent, count in cases:
-            latencies, last, served = await latency_case(session, verb, body, count, metrics_port)
-            row = {"form": form, "pod": pod, "verb": verb, "body_bytes": len(body)}
+        for form, pod, verb, bodies, sent, count in cases:
+            latencies, last, served = await latency_case(session, verb, bodies, count, metrics_port)
+            row = {"form": form, "pod": pod, "verb": verb, "body_bytes": len(bodies[0])}
             row |= summary(latencies) | {"server_mean_ms": round(served * 1000, 2)}
             row |= check_answer(verb, pod, sent, last)
-            print(f"  {form:18} {pod:12} {verb:10} {row}", file=sys.stderr)
+            print(f"  {form:24} {pod:12} {verb:10} {row}", file=sys.stderr)
             out.append(row)
     return out
 
@@ -330,18 +336,21 @@ async def measure_latency(
 
 
 async def measure_throughput(
-    url: str, body: bytes, seconds: float, concurrency: int
+    url: str, bodies: list[bytes], seconds: float, concurrency: int
 ) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
+    sent = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(base_url=url, connector=connector, headers=headers) as client:
 
         async def worker(deadline: float) -> None:
-            nonlocal errors
+            nonlocal errors, sent
             while time.perf_counter() < deadline:
                 t0 = time.perf_counter()
+                body = bodies[sent % len(bodies)]
+                sent += 1
                 async with client.post("/prioritize", data=body) as response:
                     await response.read()
                     if response.status != 200:
@@ -780,15 +789,24 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         # The load runs on the other core from here on.
         os.sched_setaffinity(0, {LOAD_CPU})
         items = rng.sample(nodes, len(nodes))
+        # "same list": every request names the same nodes, as kube-scheduler does when it lists
+        # every node (and in a prioritize after a filter); "new lists": each request a list the
+        # extender has not seen lately (rotations of the same nodes), so nothing is remembered.
+        windows = [rng.randrange(len(names)) for _ in range(LISTS)]
+        new_1k = [sample[k % 1000 :] + sample[: k % 1000] for k in windows]
+        new_5k = [shuffled[k:] + shuffled[:k] for k in windows]
         cases = []
+        n = args.requests
         for pod_name, pod in pods().items():
-            for form, body, sent, count in (
-                ("1,000 names", names_body(pod, sample), 1000, args.requests),
-                ("5,000 names", names_body(pod, shuffled), 5000, args.requests),
-                ("5,000 Node objects", nodes_body(pod, items), 5000, args.full_requests),
+            for form, bodies, sent, count in (
+                ("1,000 names, same list", [names_body(pod, sample)], 1000, n),
+                ("1,000 names, new lists", [names_body(pod, x) for x in new_1k], 1000, n),
+                ("5,000 names, same list", [names_body(pod, shuffled)], 5000, n),
+                ("5,000 names, new lists", [names_body(pod, x) for x in new_5k], 5000, n),
+                ("5,000 Node objects", [nodes_body(pod, items)], 5000, args.full_requests),
             ):
                 for verb in ("filter", "prioritize"):
-                    cases.append((form, pod_name, verb, body, sent, count))
+                    cases.append((form, pod_name, verb, bodies, sent, count))
         ours = [c.pid for c in cluster.components.values() if c.pid is not None]
         ours += [mgr.process.pid, ext.process.pid]
         other = OtherLoad(ours)
@@ -799,20 +817,28 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         figures["latency_gc"] = gc_pauses(delta(server_side(ext.metrics_port), before))
         figures["latency_extender_cpu_s"] = round(cpu_seconds(ext.process.pid) - cpu0, 1)
 
-        body = names_body(pods()["standard"], shuffled)
-        other = OtherLoad(ours)
-        cpu0 = cpu_seconds(ext.process.pid)
-        before = server_side(ext.metrics_port)
-        throughput = asyncio.run(measure_throughput(url, body, args.seconds, args.concurrency))
-        throughput["other_cpu_share"] = other.share()
-        served = delta(server_side(ext.metrics_port), before)
-        handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
-        throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
-        throughput["gc"] = gc_pauses(served)
-        throughput["extender_cpu_share"] = round(
-            (cpu_seconds(ext.process.pid) - cpu0) / (throughput["seconds"] + 1.0), 2
-        )
-        figures["throughput"] = throughput
+        standard = pods()["standard"]
+        figures["throughput"] = []
+        for lists, bodies in (
+            ("same list", [names_body(standard, shuffled)]),
+            ("new lists", [names_body(standard, n) for n in new_5k]),
+        ):
+            other = OtherLoad(ours)
+            cpu0 = cpu_seconds(ext.process.pid)
+            before = server_side(ext.metrics_port)
+            throughput = asyncio.run(
+                measure_throughput(url, bodies, args.seconds, args.concurrency)
+            )
+            throughput["lists"] = lists
+            throughput["other_cpu_share"] = other.share()
+            served = delta(server_side(ext.metrics_port), before)
+            handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
+            throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
+            throughput["gc"] = gc_pauses(served)
+            throughput["extender_cpu_share"] = round(
+                (cpu_seconds(ext.process.pid) - cpu0) / (throughput["seconds"] + 1.0), 2
+            )
+            figures["throughput"].append(throughput)
         figures["extender_peak_rss_mib"] = round(peak_rss_mib(ext.process.pid), 1)
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
 
@@ -877,12 +903,12 @@ def measure_scheduler(
 def report(figures: Mapping[str, Any]) -> None:
     print(f"nodes {figures['nodes']}, twins checked: {figures['scoring_check']}")
     print(f"machine speed reference (smaller is faster): {figures['reference_ms']} ms")
-    print(f"{'case':44} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
+    print(f"{'case':56} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
     for row in figures["latency"]:
         case = f"{row['verb']} {row['pod']}, {row['form']}"
         answer = {k: v for k, v in row.items() if k in ("scores", "passing", "failed")}
         print(
-            f"{case:44} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
+            f"{case:56} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
             f"{row['server_mean_ms']:>7} {row['requests']:>5}  {answer}"
         )
     print("(server: the extender's own mean, from reading the body to the answer built)")
@@ -891,14 +917,14 @@ def report(figures: Mapping[str, Any]) -> None:
         "other processes' share of the cores meanwhile (a shared machine): "
         f"{figures['latency_other_cpu_share']}"
     )
-    t = figures["throughput"]
-    print(
-        f"prioritize, 5,000 names, {t['concurrency']} connections, extender on one core: "
-        f"{t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 {t['p99_ms']} ms, "
-        f"server mean {t['server_mean_ms']} ms, {t['errors']} errors, extender CPU "
-        f"{t['extender_cpu_share']} of a core, GC {t['gc']}, other processes "
-        f"{t['other_cpu_share']} of the cores)"
-    )
+    for t in figures["throughput"]:
+        print(
+            f"prioritize, 5,000 names, {t['lists']}, {t['concurrency']} connections, extender "
+            f"on one core: {t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 "
+            f"{t['p99_ms']} ms, server mean {t['server_mean_ms']} ms, {t['errors']} errors, "
+            f"extender CPU {t['extender_cpu_share']} of a core, GC {t['gc']}, other processes "
+            f"{t['other_cpu_share']} of the cores)"
+        )
     print(f"extender peak RSS {figures['extender_peak_rss_mib']} MiB")
     sched = figures.get("scheduler")
     if sched:

@@ -8,13 +8,15 @@ renewal deadline that passes mid-reconcile stops the writes at once.
 
 Within a term, one work queue carries two kinds of keys. ``reconcile`` plans every node, writes
 what changed, cleans up twins and records metrics, every RECONCILE_INTERVAL and soon after any
-trigger; it does not stop at a node that fails. A node that fails gets a key of its own,
-``node/<name>``, retried with backoff capped at RECONCILE_INTERVAL until it converges.
+trigger (at most once per TRIGGER_MIN_GAP); it does not stop at a node that fails. A node that
+fails gets a key of its own, ``node/<name>``, retried with backoff capped at RECONCILE_INTERVAL
+until it converges.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +45,12 @@ _T = TypeVar("_T")
 
 RECONCILE_KEY = "reconcile"
 NODE_KEY_PREFIX = "node/"
+TRIGGER_MIN_GAP = 1.0
+"""Seconds from the start of one reconcile to the start of one that a change asks for. While pods
+churn, every performance pod bound is a change, and a reconcile of thousands of nodes costs tens
+of milliseconds of CPU: run back to back they took a core from kube-scheduler (bench.extender),
+for plans that differed by the latest pods. A change now waits at most this long, and the changes
+within one gap share one reconcile."""
 WRITE_CONCURRENCY = 16
 """Nodes whose writes are in flight at once (the first reconcile of a large cluster writes three
 objects per node)."""
@@ -83,6 +91,8 @@ class Controller:
         self._cleanup = TwinCleanup(cache, writer, _drain_all)
         self._queue: WorkQueue[str] | None = None
         self._last: PassInputs | None = None
+        self._last_started = -math.inf
+        """time.monotonic() at the start of the last reconcile."""
 
     # --- the term ---------------------------------------------------------------------------
 
@@ -108,8 +118,14 @@ class Controller:
             await self._writer.settle()
 
     def trigger(self) -> None:
-        """Something a decision reads has changed: reconcile soon (a no-op while following)."""
-        if self._queue is not None:
+        """Something a decision reads has changed: reconcile soon, TRIGGER_MIN_GAP after the
+        last one started at the earliest (a no-op while following)."""
+        if self._queue is None:
+            return
+        wait = self._last_started + TRIGGER_MIN_GAP - time.monotonic()
+        if wait > 0:
+            self._queue.add_after(RECONCILE_KEY, wait)
+        else:
             self._queue.add(RECONCILE_KEY)
 
     async def _handle(self, key: str) -> None:
@@ -134,6 +150,7 @@ class Controller:
     # --- one reconcile ----------------------------------------------------------------------
 
     async def reconcile(self) -> None:
+        self._last_started = time.monotonic()
         started = time.perf_counter()
         RECONCILES.inc()
         planned = self._planner.planned()
