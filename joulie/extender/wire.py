@@ -70,7 +70,7 @@ class ExtenderArgs:
     """The v1.Pod as kube-scheduler sent it."""
     form: NodeForm
     names: tuple[str, ...]
-    """The candidate nodes, in the order sent (both forms; never empty or repeated)."""
+    """The candidate nodes, in the order sent (both forms; no name empty or given twice)."""
     nodes: tuple[WireNode, ...] = ()
     """The full Node items (Nodes form only; empty in the NodeNames form)."""
     names_json: bytes | None = None
@@ -432,9 +432,17 @@ def filter_response(
     for reason in distinct:
         if not (reason is None or (type(reason) is str and reason)):
             raise TypeError(f"a filter reason is {reason!r}: expected None or a non-empty string")
-    failed = dict(zip(compress(args.names, reasons), filter(None, reasons), strict=True))
+    given = distinct - {None}
+    if args.plain and len(given) == 1:
+        # Plain names and one reason for all refused nodes (the usual performance-pod answer):
+        # the object is joined straight from the refused names, no dict on the way.
+        after = '":' + json.dumps(next(iter(given)))
+        failed_text = '{"' + (after + ',"').join(compress(args.names, reasons)) + after + "}"
+    else:
+        failed = dict(zip(compress(args.names, reasons), filter(None, reasons), strict=True))
+        failed_text = _reasons_text(failed)
     if args.form is NodeForm.NAMES:
-        if not failed:
+        if not given:
             kept_json = args.names_json or _names_text(args.names).encode()
         else:
             kept = tuple(compress(args.names, map(_is_none, reasons)))
@@ -452,7 +460,7 @@ def filter_response(
             b',"NodeNames":',
             names,
             b',"FailedNodes":',
-            _reasons_text(failed).encode(),
+            failed_text.encode(),
             b',"FailedAndUnresolvableNodes":',
             _reasons_text(unresolvable or {}).encode(),
             b',"Error":',

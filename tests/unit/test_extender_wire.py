@@ -283,8 +283,14 @@ def test_answers_are_byte_for_byte_what_json_dumps_writes(
             }
         )
 
-    assert filter_response(args, [failed.get(n) for n in names]) == answer(passing, failed)
+    verdicts = [failed.get(n) for n in names]
+    assert filter_response(args, verdicts) == answer(passing, failed)
     assert pass_all_response(args) == answer(names, {})
+    # Read with remembered lists (so the reading knows whether the names are plain), the same.
+    known = parse_args(go({"Pod": {}, "Nodes": None, "NodeNames": names}), NameLists(min_bytes=0))
+    assert filter_response(known, verdicts) == answer(passing, failed)
+    assert pass_all_response(known) == answer(names, {})
+    assert prioritize_response(known.names, scores, known.plain) == expected
 
 
 def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
