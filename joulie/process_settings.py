@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from joulie.settings import Duration, EnvSettings, ListenAddress
+from joulie.settings import ROLE_DEFAULT, Duration, EnvSettings, ListenAddress
 
 
 class LogFormat(StrEnum):
@@ -31,8 +31,10 @@ class ProcessSettings(EnvSettings):
     standard output is a terminal, json otherwise)."""
     log_level: LogLevel = LogLevel.INFO
     """Lowest level that is logged."""
-    metrics_addr: ListenAddress = ":8080"
-    """Where the process serves /healthz, /readyz and /metrics."""
+    metrics_addr: Annotated[ListenAddress, ROLE_DEFAULT] = ":8080"
+    """Where the process serves /healthz, /readyz and /metrics. Unset, each role has its own port
+    (see Ports), so roles started side by side on one machine do not collide; a process running
+    several roles serves on its first role's."""
     shutdown_timeout: Annotated[Duration, Field(le=300)] = 20.0
     """How long the roles get to finish after SIGTERM or SIGINT (the agent restores hardware in
     this time); keep it below the pod's terminationGracePeriodSeconds."""

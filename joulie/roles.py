@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from joulie.agent.settings import AgentSettings
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
 from joulie.process_settings import ProcessSettings
-from joulie.settings import EnvSettings, Loaded
+from joulie.settings import EnvSettings, Loaded, Source
 from joulie.sim.settings import SimulatorSettings
 
 if TYPE_CHECKING:  # the runtime (aiohttp, prometheus) loads only when roles run
@@ -23,6 +23,9 @@ class RoleSpec:
     name: str
     summary: str
     settings: type[EnvSettings]
+    metrics_port: int
+    """METRICS_ADDR's default port when this role is the first of its process: each role has its
+    own, so two roles started side by side on one machine do not collide."""
     implementation: str | None = None
     """``module:factory`` building the role from its settings; None until the role is built."""
 
@@ -41,24 +44,28 @@ ROLES: Mapping[str, RoleSpec] = {
             "manager",
             "controller manager: policy, performance split, caps, governors, twin",
             ManagerSettings,
+            metrics_port=8080,
             implementation="joulie.manager.role:build",
         ),
         RoleSpec(
             "agent",
             "node agent: hardware discovery and enforcement of caps and governors",
             AgentSettings,
+            metrics_port=8081,
             implementation="joulie.agent.role:build",
         ),
         RoleSpec(
             "extender",
             "scheduler extender: filter, prioritize and preempt for kube-scheduler",
             ExtenderSettings,
+            metrics_port=8082,
             implementation="joulie.extender.role:build",
         ),
         RoleSpec(
             "simulator",
             "telemetry/control service standing in for the hardware of KWOK nodes",
             SimulatorSettings,
+            metrics_port=8083,
             implementation="joulie.sim.service:build",
         ),
     )
@@ -84,4 +91,16 @@ def parse_roles(text: str) -> list[RoleSpec]:
 
 def load_settings(specs: list[RoleSpec], environ: Mapping[str, str]) -> list[Loaded[Any]]:
     """The process settings first, then each role's, all read from ``environ``."""
-    return [ProcessSettings.from_env(environ), *(s.settings.from_env(environ) for s in specs)]
+    return [load_process_settings(specs, environ), *(s.settings.from_env(environ) for s in specs)]
+
+
+def load_process_settings(
+    specs: list[RoleSpec], environ: Mapping[str, str]
+) -> Loaded[ProcessSettings]:
+    """ProcessSettings with METRICS_ADDR defaulting to the first role's port: a process has one
+    metrics server, and naming the first role keeps the choice predictable for a comma list."""
+    loaded = ProcessSettings.from_env(environ)
+    if loaded.sources[ProcessSettings.env_name("metrics_addr")] != Source.DEFAULT or not specs:
+        return loaded
+    default = f":{specs[0].metrics_port}"
+    return replace(loaded, settings=loaded.settings.model_copy(update={"metrics_addr": default}))

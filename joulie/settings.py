@@ -44,6 +44,10 @@ WARN_ON_INVALID = _Marker("warn-on-invalid")
 EMPTY_IS_VALUE = _Marker("empty-is-value")
 """An empty string is a meaningful value (otherwise an empty variable counts as unset)."""
 
+ROLE_DEFAULT = _Marker("role-default")
+"""The default written in the class is the first role's; each role has its own (the README
+table says "by role" instead of one value, and `joulie config` shows the role's)."""
+
 EMPTY_IS_INVALID = _Marker("empty-is-invalid")
 """An empty string is checked like any other value, and so refused (or, with
 ``WARN_ON_INVALID``, warned about), instead of counting as unset: for variables whose spec says
