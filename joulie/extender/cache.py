@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import structlog
@@ -25,6 +24,7 @@ from joulie.core.scoring import ScoreTable, node_terms
 from joulie.core.twin import lease_is_current, measurement_failed
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
+from joulie.kube.projections import LeaseView, lease_view
 
 log = structlog.get_logger("joulie.extender")
 
@@ -62,13 +62,6 @@ class HardwareView:
     problem: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseView:
-    renewed_at: float | None
-    """Epoch seconds of the last renewal."""
-    duration_s: float | None
-
-
 def _problem(exc: ValidationError) -> str:
     first = exc.errors(include_url=False)[0]
     where = ".".join(map(str, first["loc"])) or "status"
@@ -96,19 +89,6 @@ def hardware_view(raw: Mapping[str, Any]) -> HardwareView:
         return HardwareView(name, NodeHardwareStatus.model_validate(status))
     except ValidationError as exc:
         return HardwareView(name, None, _problem(exc))
-
-
-def lease_view(raw: Mapping[str, Any]) -> LeaseView:
-    spec = raw.get("spec") or {}
-    renewed = spec.get("renewTime")
-    at: float | None = None
-    if isinstance(renewed, str):
-        try:
-            at = datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            at = None
-    duration = spec.get("leaseDurationSeconds")
-    return LeaseView(at, float(duration) if isinstance(duration, int | float) else None)
 
 
 class ExtenderCache:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
@@ -189,3 +190,26 @@ def pods_by_annotation_and_phase(key: str, default: str) -> Callable[[SlimPod], 
         return (f"{pod.annotations.get(key, default)}/{pod.phase}",)
 
     return index
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """The part of a coordination.k8s.io Lease that says whether its holder is alive."""
+
+    renewed_at: float | None
+    """Epoch seconds of the last renewal."""
+    duration_s: float | None
+
+
+def lease_view(raw: Mapping[str, Any]) -> LeaseView:
+    """A Lease's renewal time and duration; None for either one missing or unreadable."""
+    spec = raw.get("spec") or {}
+    renewed = spec.get("renewTime")
+    at: float | None = None
+    if isinstance(renewed, str):
+        try:
+            at = datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            at = None
+    duration = spec.get("leaseDurationSeconds")
+    return LeaseView(at, float(duration) if isinstance(duration, int | float) else None)
