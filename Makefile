@@ -5,13 +5,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install binaries lint typecheck pytest generate crds docs image clean \
+.PHONY: test install binaries prometheus lint typecheck pytest generate crds docs image clean \
 	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool bench-agent-daemon \
 	bench-extender
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
-test: install lint typecheck binaries pytest
+test: install lint typecheck binaries prometheus pytest
+
+# Under `make test` the tests that need Prometheus fail when it is missing instead of skipping.
+test: PYTEST_ENV := JOULIE_REQUIRE_PROMETHEUS=1
 
 install: $(STAMP)
 
@@ -26,6 +29,11 @@ $(STAMP): pyproject.toml
 binaries:
 	hack/build-binaries.sh
 
+# The simulator's e2e tests scrape it with a real Prometheus: Debian's package, installed when
+# missing (as root), otherwise the script says how to install it.
+prometheus:
+	hack/install-prometheus.sh
+
 lint: install
 	$(BIN)/ruff check joulie tests hack bench
 	$(BIN)/ruff format --check joulie tests hack bench
@@ -35,7 +43,7 @@ typecheck: install
 	$(BIN)/mypy joulie hack bench tests
 
 pytest: install
-	$(BIN)/pytest -q
+	$(PYTEST_ENV) $(BIN)/pytest -q
 
 # A local cluster for people: 41 KWOK nodes of the exp02 inventory (JOULIE_CLUSTER_DIR).
 cluster-up: install binaries
