@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
         help="--live: give up when the API server has not answered (or a list has kept "
         "failing) for this long (default 15)",
     )
+    from joulie.status.args import add_parser as add_status
+
+    add_status(sub)
     return parser
 
 
@@ -99,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _config(args.config_role, args.output)
     if args.command == "plan":
         return _plan(args)
+    if args.command == "status":
+        from joulie.status.command import run as status
+
+        return status(args)
     if args.role is not None:
         return _run_roles(args.role)
     parser.print_help(sys.stderr)

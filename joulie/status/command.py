@@ -36,34 +36,6 @@ UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 CLEAR = "\x1b[H\x1b[2J"
 
 
-def add_parser(sub: Any) -> None:
-    """The ``status`` subcommand's arguments (``sub`` is the CLI's subparsers object)."""
-    status = sub.add_parser(
-        "status",
-        help="the cluster's energy state: a summary and one row per node",
-        description="Reads KUBECONFIG (or --kubeconfig, or the in-cluster account). Also "
-        "installed as kubectl-joulie, so `kubectl joulie status` runs it.",
-    )
-    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
-    status.add_argument("--watch", "-w", action="store_true", help="redraw until interrupted")
-    status.add_argument(
-        "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch: redraw period"
-    )
-    status.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG)")
-    status.add_argument(
-        "--manager-namespace",
-        default="joulie-system",
-        help="where the manager's Lease is (twins are fresh only while it is renewed)",
-    )
-    status.add_argument(
-        "--timeout",
-        type=float,
-        default=15.0,
-        metavar="SECONDS",
-        help="give up when the API server has not answered for this long",
-    )
-
-
 class StatusCaches:
     """The four informers the report reads."""
 

@@ -1,0 +1,34 @@
+"""The ``status`` subcommand's arguments, kept apart from :mod:`joulie.status.command` so that
+building the CLI's parser does not import the Kubernetes client for every other subcommand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """The ``status`` subcommand's arguments (``sub`` is the CLI's subparsers object)."""
+    status = sub.add_parser(
+        "status",
+        help="the cluster's energy state: a summary and one row per node",
+        description="Reads KUBECONFIG (or --kubeconfig, or the in-cluster account). Also "
+        "installed as kubectl-joulie, so `kubectl joulie status` runs it.",
+    )
+    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    status.add_argument("--watch", "-w", action="store_true", help="redraw until interrupted")
+    status.add_argument(
+        "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch: redraw period"
+    )
+    status.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG)")
+    status.add_argument(
+        "--manager-namespace",
+        default="joulie-system",
+        help="where the manager's Lease is (twins are fresh only while it is renewed)",
+    )
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="give up when the API server has not answered for this long",
+    )
