@@ -286,8 +286,23 @@ def _run_roles(roles_text: str) -> int:
     return run(roles, process)
 
 
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a tool killed by SIGPIPE: the reader of our output went away."""
+
+
 def entrypoint() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        # Flushed here, inside the try: a closed pipe found by the interpreter's own flush at
+        # exit would print an "Exception ignored" message instead.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `joulie plan ... | head` closed the pipe early: end quietly, as Unix tools do. Python
+        # flushes stdout once more at exit; pointed at devnull, that flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    sys.exit(code)
 
 
 __all__ = ["describe_value", "entrypoint", "main"]
