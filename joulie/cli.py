@@ -15,7 +15,7 @@ from joulie import __version__
 from joulie.api.enums import PolicyType
 from joulie.process_settings import ProcessSettings
 from joulie.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
-from joulie.settings import Loaded, describe_value
+from joulie.settings import Loaded, Source, describe_value
 
 # Heavier modules (the CRD generator, logging, the runtime) are imported by the subcommands that
 # use them, so a quick `joulie plan` or `joulie config` does not pay for them.
@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         "plan",
         help="print what the policy would do for a cluster inventory, without writing anything",
         description="Defaults come from the manager's environment variables (POLICY_TYPE, "
-        "STATIC_HP_FRAC, QUEUE_*); the flags override them.",
+        "STATIC_HP_FRAC, QUEUE_*); the flags override them. A flag that the chosen policy "
+        "(or mode) does not read is refused.",
     )
     source = plan.add_mutually_exclusive_group(required=True)
     source.add_argument("--inventory", type=Path, help="cluster inventory file")
@@ -75,14 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--perf-pods",
         type=int,
-        default=0,
-        help="queue_aware_v1: running + pending performance pods",
+        help="queue_aware_v1 with --inventory: running + pending performance pods (default 0)",
     )
     plan.add_argument("--output", choices=("table", "json"), default="table")
     plan.add_argument(
         "--timeout",
         type=float,
-        default=15.0,
         metavar="SECONDS",
         help="--live: give up when the API server has not answered (or a list has kept "
         "failing) for this long (default 15)",
@@ -199,13 +198,22 @@ def _plan(args: argparse.Namespace) -> int:
     if _report_problems([loaded]):
         return EXIT_CONFIG
     settings = loaded.settings
+    from_env = loaded.sources[ManagerSettings.env_name("policy_type")] == Source.ENVIRONMENT
+    refused = _plan_flag_problem(args, settings.policy_type, from_env)
+    if refused:
+        print(f"joulie: {refused}", file=sys.stderr)
+        return EXIT_CONFIG
     hp_frac = settings.static_hp_frac if args.hp_frac is None else args.hp_frac
     if not 0 <= hp_frac <= 1:
         print(f"joulie: --hp-frac={hp_frac} must be from 0 to 1", file=sys.stderr)
         return EXIT_CONFIG
+    if args.perf_pods is None:
+        args.perf_pods = 0
     if args.perf_pods < 0:
         print("joulie: --perf-pods must be 0 or more", file=sys.stderr)
         return EXIT_CONFIG
+    if args.timeout is None:
+        args.timeout = 15.0
     if not args.timeout > 0:
         print("joulie: --timeout must be more than 0 seconds", file=sys.stderr)
         return EXIT_CONFIG
@@ -245,6 +253,34 @@ def _plan(args: argparse.Namespace) -> int:
     result = make_plan(nodes, plan_settings, args.perf_pods)
     print(render(nodes, result, args.output))
     return 0
+
+
+def _plan_flag_problem(
+    args: argparse.Namespace, env_policy: PolicyType, from_env: bool
+) -> str | None:
+    """Why a flag given to `joulie plan` would have no effect (None when all apply): a flag the
+    chosen policy or mode does not read would otherwise be ignored without a word."""
+    if args.policy:
+        policy, chosen_by = PolicyType(args.policy), "chosen by --policy"
+    else:
+        policy = env_policy
+        chosen_by = "set by POLICY_TYPE" if from_env else "the default; choose one with --policy"
+    if args.hp_frac is not None and policy is not PolicyType.STATIC_PARTITION:
+        return (
+            f"--hp-frac applies only to the static_partition policy, not to {policy.value} "
+            f"({chosen_by})"
+        )
+    if args.perf_pods is not None:
+        if policy is not PolicyType.QUEUE_AWARE_V1:
+            return (
+                f"--perf-pods applies only to the queue_aware_v1 policy, not to {policy.value} "
+                f"({chosen_by})"
+            )
+        if args.live:
+            return "--perf-pods does not apply with --live, which counts the cluster's own pods"
+    if args.timeout is not None and not args.live:
+        return "--timeout applies only with --live (an --inventory plan waits for nothing)"
+    return None
 
 
 def _run_roles(roles_text: str) -> int:
