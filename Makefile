@@ -93,7 +93,7 @@ crds: install
 	$(BIN)/joulie crds --dir manifests/crds
 
 docs: install
-	$(BIN)/python -m joulie.docs README.md
+	$(BIN)/python -m joulie.docs docs/configuration.md
 
 image:
 	docker build -t joulie:0.1.0 .
