@@ -191,7 +191,13 @@ def _config(roles_text: str, output: str) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from joulie.api.inventory import InventoryError, load_inventory
     from joulie.hardware.catalog import CatalogError
-    from joulie.manager.plan import inventory_nodes, load_catalog, make_plan, render
+    from joulie.manager.plan import (
+        inventory_nodes,
+        load_catalog,
+        make_plan,
+        render,
+        unrecognised_models,
+    )
     from joulie.manager.settings import ManagerSettings
 
     loaded = ManagerSettings.from_env(os.environ)
@@ -249,7 +255,10 @@ def _plan(args: argparse.Namespace) -> int:
     except (InventoryError, CatalogError) as exc:
         print(f"joulie: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    nodes = inventory_nodes(inventory, catalog, plan_settings.gpu_product_label_keys)
+    label_keys = plan_settings.gpu_product_label_keys
+    for warning in unrecognised_models(inventory, catalog, label_keys):
+        print(f"joulie: warning: {args.inventory}: {warning}", file=sys.stderr)
+    nodes = inventory_nodes(inventory, catalog, label_keys)
     result = make_plan(nodes, plan_settings, args.perf_pods)
     print(render(nodes, result, args.output))
     return 0

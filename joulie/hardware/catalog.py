@@ -139,6 +139,18 @@ def normalize_model(raw: str) -> str:
     return " ".join(tokens)
 
 
+def model_key(name: str) -> str:
+    """The key form of a model name: its normalised tokens in upper case, joined by ``_``.
+
+    The catalog's own keys already have this form (``AMD_EPYC_9654``, a test keeps them so), so
+    one function names the families of recognised and unrecognised models alike:
+    ``Unknown CPU 9000`` gives ``UNKNOWN_9000``, usable in logs and JSON like any catalog key.
+    Two names that give one key match the same catalog entry, so an unrecognised model never
+    takes a recognised one's key. Empty for a name with no model in it.
+    """
+    return normalize_model(name).upper().replace(" ", "_")
+
+
 # --- the file format (validated with pydantic, then turned into the frozen specs) ---------------
 
 _Watts = Annotated[float, Field(gt=0)]

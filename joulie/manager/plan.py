@@ -14,8 +14,8 @@ from pathlib import Path
 from joulie.api import keys
 from joulie.api.inventory import Inventory, NodeGroup
 from joulie.core.policy import Plan, PlanNode, family_split, plan
-from joulie.hardware.catalog import Catalog
-from joulie.hardware.recognition import hardware_view
+from joulie.hardware.catalog import Catalog, model_key
+from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.manager.config import policy_inputs
 from joulie.manager.settings import ManagerSettings
 
@@ -28,12 +28,45 @@ def inventory_nodes(
     """Plan nodes of an inventory, no current labels. Each group's family is recognised from
     the labels and annotations its nodes carry in a KWOK cluster, exactly as the controller
     manager recognises a node that has no NodeHardware yet."""
+    views = _group_views(inventory, catalog, gpu_product_label_keys)
+    return [
+        PlanNode(name=name, family=views[group].family, current_profile=None)
+        for name, group in inventory.nodes_by_name()
+    ]
+
+
+def unrecognised_models(
+    inventory: Inventory,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> list[str]:
+    """One line per CPU or GPU model of the inventory that the catalog does not know, each model
+    once: such a model still forms a family, but is planned without the catalog's power figures,
+    which a typo in the inventory would otherwise hide."""
+    found: dict[tuple[str, str], str] = {}
+    for view in _group_views(inventory, catalog, gpu_product_label_keys).values():
+        for kind, model, known in (
+            ("CPU", view.cpu_model, catalog.cpus),
+            ("GPU", view.gpu_model, catalog.gpus),
+        ):
+            if model is not None and model not in known:
+                found.setdefault(
+                    (kind, model),
+                    f"{kind} model {model!r} is not in the hardware catalog: it is planned as "
+                    f"{model_key(model) or 'unknown'}, without the catalog's power figures",
+                )
+    return list(found.values())
+
+
+def _group_views(
+    inventory: Inventory, catalog: Catalog, gpu_product_label_keys: Iterable[str]
+) -> dict[NodeGroup, HardwareView]:
+    """Each node group's hardware, recognised once per group (its nodes are alike)."""
     product_keys = tuple(gpu_product_label_keys)
-    families: dict[NodeGroup, str] = {}
-    nodes = []
-    for name, group in inventory.nodes_by_name():
-        if group not in families:
-            view = hardware_view(
+    views: dict[NodeGroup, HardwareView] = {}
+    for _, group in inventory.nodes_by_name():
+        if group not in views:
+            views[group] = hardware_view(
                 None,
                 group.hardware_labels(),
                 group.hardware_annotations(),
@@ -41,9 +74,7 @@ def inventory_nodes(
                 catalog,
                 product_keys,
             )
-            families[group] = view.family
-        nodes.append(PlanNode(name=name, family=families[group], current_profile=None))
-    return nodes
+    return views
 
 
 def make_plan(nodes: Sequence[PlanNode], settings: ManagerSettings, perf_pods: int) -> Plan:

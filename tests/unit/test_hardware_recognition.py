@@ -64,7 +64,7 @@ def test_unrecognised_models_keep_their_raw_name_as_their_own_family() -> None:
     view = hardware_view(
         None, {keys.HW_GPU_COUNT_LABEL: "2", "nvidia.com/gpu.product": "Tesla-X"}, {}, {}, CATALOG
     )
-    assert view.family == "gpu:Tesla-X"
+    assert view.family == "gpu:TESLA_X"
     assert view.catalog_gpu_range is None
     bare = hardware_view(None, {}, {}, {}, CATALOG)
     assert bare.family == "cpu:unknown-cpu"
@@ -241,7 +241,7 @@ def test_joulie_plan_recognises_inventory_nodes_as_the_manager_recognises_kwok_n
     assert planned == {
         "gpu-0": "gpu:NVIDIA_H100_SXM",
         "gpu-1": "gpu:NVIDIA_H100_SXM",
-        "odd": "gpu:Mystery Accelerator 9",  # unrecognised: the exact name, from the annotation
+        "odd": "gpu:MYSTERY_ACCELERATOR_9",  # unrecognised: its name in the catalog's key form
         "cpu-0": "cpu:INTEL_XEON_GOLD_6530",
     }
 
