@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from joulie.api import keys
+from joulie.api.yaml_file import YamlFileError, read_yaml_file
 
 GpuVendor = Literal["nvidia", "amd", "intel", "none"]
 
@@ -154,9 +154,9 @@ def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
 def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InventoryError(f"{path}: cannot read inventory: {exc}") from None
+        data = read_yaml_file(path, "inventory")
+    except YamlFileError as exc:
+        raise InventoryError(str(exc)) from None
     return parse_inventory(data, str(path))
 
 

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from joulie.api.enums import DiscoveryQuality
+from joulie.api.yaml_file import YamlFileError, read_yaml_file, yaml_problem
 
 __all__ = [
     "Catalog",
@@ -248,12 +249,11 @@ class Catalog:
         """Read and validate a catalog file; None (or "") reads the embedded catalog."""
         if path is None or str(path) == "":
             return _embedded()
-        path = Path(path)
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise CatalogError(f"{path}: cannot read the hardware catalog: {exc}") from None
-        return _parse(text, str(path))
+            data = read_yaml_file(Path(path), "the hardware catalog")
+        except YamlFileError as exc:
+            raise CatalogError(str(exc)) from None
+        return _build(data, str(path))
 
     def match_cpu(self, raw: str | None) -> Match:
         """Resolve a reported CPU model name to a catalog key."""
@@ -313,7 +313,11 @@ def _parse(text: str, source: str) -> Catalog:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CatalogError(f"{source}: not valid YAML: {exc}") from None
+        raise CatalogError(f"{source}: not valid YAML {yaml_problem(exc)}") from None
+    return _build(data, source)
+
+
+def _build(data: Any, source: str) -> Catalog:
     if not isinstance(data, dict):
         raise CatalogError(
             f"{source}: expected a mapping with catalog_version, sources, cpus, gpus"

@@ -98,7 +98,7 @@ def test_broken_files_are_reported(tmp_path: Path) -> None:
         parse_inventory({"groups": []}, "x.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes: [\n")
-    with pytest.raises(InventoryError, match="cannot read inventory"):
+    with pytest.raises(InventoryError, match="inventory is not valid YAML at line 2"):
         load_inventory(bad)
     with pytest.raises(InventoryError, match="node names repeat"):
         parse_inventory({"nodes": [GOOD, GOOD]})
