@@ -189,10 +189,14 @@ class Controller:
             nodes=len(names),
             hp_count=planned.result.hp_count,
             performance=len(performing),
-            deferred=transitions["deferred"],
-            applied=transitions["applied"],
+            # Named for what they count: a bare "applied: 0" beside "writes: 123" read as
+            # "nothing of the 123 writes took effect". These count profile moves of nodes
+            # (deferred: a move to eco waiting for performance pods, as draining); api_writes
+            # counts the requests sent to the API server in this reconcile.
+            profile_changes_deferred=transitions["deferred"],
+            profile_changes_applied=transitions["applied"],
             performance_pods=planned.perf_pods,
-            writes=self._writer.writes - writes_before,
+            api_writes=self._writer.writes - writes_before,
             deleted_twins=deleted,
             failing_nodes=len(self._failures),
             seconds=round(time.perf_counter() - started, 4),
