@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install binaries prometheus lint typecheck pytest generate crds docs image clean \
+.PHONY: test demo install binaries prometheus lint typecheck pytest generate crds docs image clean \
 	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool bench-agent-daemon \
 	bench-extender
 
@@ -15,6 +15,11 @@ test: install lint typecheck binaries prometheus pytest
 
 # Under `make test` the tests that need Prometheus fail when it is missing instead of skipping.
 test: PYTEST_ENV := JOULIE_REQUIRE_PROMETHEUS=1
+
+# The main job: a local cluster of 41 KWOK nodes with every Joulie role, a workload at 60x
+# simulated time, a live view and a summary (DEMO_DURATION, default 3m; see hack/demo/run.py).
+demo: install binaries
+	$(BIN)/python -m hack.demo
 
 install: $(STAMP)
 

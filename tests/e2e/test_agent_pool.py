@@ -19,11 +19,11 @@ import httpx
 import pytest
 
 from hack.cluster.nodes import node_manifest
+from hack.cluster.roles import POOL_AGENT_ACCOUNT, RoleProcess, pool_agent_settings
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_simulator import busy_pod
-from tests.support.processes import RoleProcess
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -132,23 +132,10 @@ def manager(cluster: LocalCluster, tmp: Path, sim: str, governor: str) -> RolePr
 def agent(
     cluster: LocalCluster, simulator: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RoleProcess]:
-    settings = {
-        # The pool has an account of its own: joulie-agent is confined to one node by admission.
-        "KUBECONFIG": str(cluster.role_kubeconfig("agent-pool")),
-        "AGENT_MODE": "pool",
-        "POOL_NODE_SELECTOR": SELECTOR,
-        "GOVERNOR_WRITES": "true",
-        "CONTROL_INTERVAL": "1s",
-        "HEARTBEAT_INTERVAL": f"{HEARTBEAT_S}s",
-    }
-    for part in ("CPU", "GPU"):
-        settings |= {
-            f"TELEMETRY_{part}_SOURCE": "http",
-            f"TELEMETRY_{part}_CONTROL": "http",
-            f"TELEMETRY_{part}_HTTP_ENDPOINT": f"{simulator}/telemetry/{{node}}",
-            f"TELEMETRY_{part}_CONTROL_HTTP_ENDPOINT": f"{simulator}/control/{{node}}",
-        }
-    process = RoleProcess(cluster, "agent", tmp_path_factory.mktemp("ap") / "agent.log", settings)
+    settings = pool_agent_settings(SELECTOR, simulator, control_interval="1s")
+    settings["HEARTBEAT_INTERVAL"] = f"{HEARTBEAT_S}s"
+    log = tmp_path_factory.mktemp("ap") / "agent.log"
+    process = RoleProcess(cluster, "agent", log, settings, account=POOL_AGENT_ACCOUNT)
     try:
         wait_until(process.ready, 60, "the agent to be ready")
         yield process

@@ -1,86 +1,22 @@
-"""Real processes for e2e tests: a Joulie role with its own ServiceAccount, and a real Prometheus
-server (Debian's package) scraping local targets."""
+"""Real processes for e2e tests: a Joulie role with its own ServiceAccount (hack.cluster.roles,
+which the demo shares), and a real Prometheus server (Debian's package) scraping local targets."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from hack.cluster.runner import LocalCluster, free_port
+from hack.cluster.roles import JOULIE, RoleDied, RoleProcess, sum_samples
+from hack.cluster.runner import free_port
 
-JOULIE = str(Path(sys.executable).parent / "joulie")
-
-
-class RoleProcess:
-    """``joulie --role=<role>`` with the credentials of ServiceAccount joulie-<role>, JSON logs in
-    ``log``, and its health and metrics endpoint on a free port."""
-
-    def __init__(
-        self, cluster: LocalCluster, role: str, log: Path, settings: dict[str, str]
-    ) -> None:
-        self.role = role
-        self.log = log
-        self.metrics_port = free_port()
-        self.env = {
-            **os.environ,
-            "KUBECONFIG": str(cluster.role_kubeconfig(role)),
-            "METRICS_ADDR": f"127.0.0.1:{self.metrics_port}",
-            "LOG_FORMAT": "json",
-            **settings,
-        }
-        self.process: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        with self.log.open("a") as out:
-            self.process = subprocess.Popen(
-                [JOULIE, f"--role={self.role}"], env=self.env, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def alive(self) -> None:
-        assert self.process is not None
-        assert self.process.poll() is None, self.log.read_text()[-4000:]
-
-    def ready(self) -> bool:
-        self.alive()
-        response = httpx.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=5)
-        return response.status_code == 200
-
-    def metrics(self) -> str:
-        self.alive()
-        response = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
-        response.raise_for_status()
-        return response.text
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the samples called ``name`` whose labels include ``labels``."""
-        return sum_samples(self.metrics(), name, labels)
-
-    def stop(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        return int(self.process.returncode)
-
-
-def sum_samples(text: str, name: str, labels: dict[str, str]) -> float:
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                total += sample.value
-    return total
-
+__all__ = ["JOULIE", "PrometheusServer", "RoleDied", "RoleProcess", "prometheus_binary"]
 
 def prometheus_binary() -> str:
     """The prometheus binary. Missing, the test fails under `make test` and in CI, which promise
