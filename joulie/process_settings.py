@@ -33,8 +33,8 @@ class ProcessSettings(EnvSettings):
     """Lowest level that is logged."""
     metrics_addr: Annotated[ListenAddress, ROLE_DEFAULT] = ":8080"
     """Where the process serves /healthz, /readyz and /metrics. Unset, each role has its own port
-    (see Ports), so roles started side by side on one machine do not collide; a process running
-    several roles serves on its first role's."""
+    (README.md, section Ports), so roles started side by side on one machine do not collide; a
+    process running several roles serves on its first role's."""
     shutdown_timeout: Annotated[Duration, Field(le=300)] = 20.0
     """How long the roles get to finish after SIGTERM or SIGINT (the agent restores hardware in
     this time); keep it below the pod's terminationGracePeriodSeconds."""
