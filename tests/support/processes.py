@@ -18,6 +18,7 @@ from hack.cluster.runner import free_port
 
 __all__ = ["JOULIE", "PrometheusServer", "RoleDied", "RoleProcess", "prometheus_binary"]
 
+
 def prometheus_binary() -> str:
     """The prometheus binary. Missing, the test fails under `make test` and in CI, which promise
     to run every test, and skips in a plain local pytest run."""
