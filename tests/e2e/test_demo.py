@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,25 @@ import pytest
 from hack.cluster.runner import REPO, is_running
 
 pytestmark = pytest.mark.e2e
+
+
+def processes_using(path: Path) -> list[str]:
+    """Processes whose command line or environment names ``path`` (the cluster's components
+    name their data directory; the roles carry a kubeconfig from it in their environment)."""
+    needle = str(path).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in cmdline or needle in environ:
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{proc.name}: {command}")
+    return found
 
 
 def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
@@ -47,9 +67,7 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     assert result["performance_on_kept_off_nodes"] == []
     assert set(result["performance_placed"]) == {"performance"}
     # Standard pods go where they are steered: mostly eco, the nodes kept for them.
-    assert result["standard_placed"].get("eco", 0) > result["standard_placed"].get(
-        "performance", 0
-    )
+    assert result["standard_placed"].get("eco", 0) > result["standard_placed"].get("performance", 0)
     assert result["energy_kwh"] > 0
     assert result["control_results"].get("applied", 0) > 0
     assert "all of them on performance nodes" in out
@@ -57,7 +75,29 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     state = json.loads((work / "state.json").read_text())
     for name, comp in state["components"].items():
         assert comp["pid"] is None or not is_running(comp["pid"], comp["argv"][0]), name
-    leftover = subprocess.run(
-        ["pgrep", "-f", str(work)], capture_output=True, text=True, check=False
-    ).stdout
-    assert leftover == "", leftover
+    assert processes_using(work) == []
+
+
+def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    env = {**os.environ, "DEMO_DURATION": "10m", "DEMO_DIR": str(work)}
+    process = subprocess.Popen(
+        [sys.executable, "-u", "-m", "hack.demo"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:  # until the live view is drawn: every role is up by then
+        seen.append(line)
+        if line.startswith("pods submitted"):
+            break
+    assert seen[-1].startswith("pods submitted"), "".join(seen[-40:])
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=180)[0]
+    assert process.returncode == 130, rest[-3000:]
+    assert "interrupted: everything the demo started is stopped" in rest
+    assert processes_using(work) == []
