@@ -28,7 +28,7 @@ from joulie.api.selector import SelectorError, parse_selector
 
 @dataclass(frozen=True)
 class Accepts:
-    """What a variable accepts, in words, for error messages and the README table."""
+    """What a variable accepts, in words, for error messages and docs/configuration.md."""
 
     text: str
 
@@ -45,8 +45,9 @@ EMPTY_IS_VALUE = _Marker("empty-is-value")
 """An empty string is a meaningful value (otherwise an empty variable counts as unset)."""
 
 ROLE_DEFAULT = _Marker("role-default")
-"""The default written in the class is the first role's; each role has its own (the README
-table says "by role" instead of one value, and `joulie config` shows the role's)."""
+"""The default written in the class is the first role's; each role has its own (the generated
+reference, docs/configuration.md, says "by role" instead of one value, and `joulie config` shows
+the role's)."""
 
 EMPTY_IS_INVALID = _Marker("empty-is-invalid")
 """An empty string is checked like any other value, and so refused (or, with
