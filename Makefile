@@ -103,8 +103,10 @@ crds: install
 docs: install
 	$(BIN)/python -m joulie.docs docs/configuration.md
 
+# The container image without a registry: a Debian base made by mmdebstrap, built and checked
+# with buildah (hack/image/README.md). With a registry, `docker build .` builds the same Dockerfile.
 image:
-	docker build -t joulie:0.1.0 .
+	hack/image/build.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
