@@ -22,6 +22,7 @@ from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinStatus
 from joulie.core.scoring import ScoreTable, node_terms
 from joulie.core.twin import lease_is_current, measurement_failed
+from joulie.extender.groups import GroupCache
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
 from joulie.kube.projections import LeaseView, lease_view
@@ -94,7 +95,9 @@ def hardware_view(raw: Mapping[str, Any]) -> HardwareView:
 class ExtenderCache:
     """Watches and the score table they keep current."""
 
-    def __init__(self, client: KubeClient, manager_namespace: str) -> None:
+    def __init__(
+        self, client: KubeClient, manager_namespace: str, groups: GroupCache | None = None
+    ) -> None:
         self.table = ScoreTable()
         """Every node with a readable twin status: its terms, and its class for the filter."""
         self._reported: dict[str, str] = {}
@@ -108,6 +111,11 @@ class ExtenderCache:
             field_selector=f"metadata.name={keys.MANAGER_LEASE}",
         )
         self.informers: list[Informer[Any]] = [self.twins, self.hardware, self.lease]
+        self.groups = groups
+        """Pods and PodGroups, for the preempt verb (None: candidates are screened by node class
+        alone)."""
+        if groups is not None:
+            self.informers += groups.informers
         changed: Callable[[Any], None] = lambda view: self._refresh(view.name)  # noqa: E731
         for informer in (self.twins, self.hardware):
             informer.add_handlers(

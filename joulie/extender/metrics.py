@@ -13,6 +13,7 @@ from prometheus_client import Counter, Histogram
 class Verb(StrEnum):
     FILTER = "filter"
     PRIORITIZE = "prioritize"
+    PREEMPT = "preempt"
     DEBUG_SCORE = "debug_score"
 
 

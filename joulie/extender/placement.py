@@ -7,6 +7,9 @@
   does). Standard pods pass everywhere without a look at the nodes.
 * Prioritize: the score table's 0..10 priorities for the pod; every node neutral (5) while the
   manager's Lease is not current, since then no twin can be trusted.
+* Preempt: kube-scheduler's candidates screened by :mod:`joulie.core.preemption_candidates`: for
+  a performance pod none on a node the filter refuses, and none that breaks an all-or-nothing
+  PodGroup in part while another candidate does not.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from joulie.api import keys
 from joulie.core.pod_power import is_performance_pod, pod_demand
+from joulie.core.preemption_candidates import NO_GROUPS, Candidate, screen_candidates
 from joulie.core.scoring import extender_priority, filter_reason
 from joulie.extender.cache import ExtenderCache
 from joulie.extender.wire import Scores
@@ -55,6 +59,22 @@ class CachePlacement:
         if not self.cache.manager_alive(self._clock()):
             return [NEUTRAL] * len(nodes)
         return self.cache.table.priority_array(pod_demand(pod), nodes)
+
+    def preempt(self, pod: Mapping[str, Any], candidates: Sequence[Candidate]) -> list[Candidate]:
+        nodes = [c.node for c in candidates]
+        refused = dict(zip(nodes, self.cache.table.filter_reasons(nodes), strict=True))
+        groups = self.cache.groups
+        membership = (
+            groups.membership(uid for c in candidates for uid in c.victims)
+            if groups is not None
+            else NO_GROUPS
+        )
+        return screen_candidates(
+            candidates,
+            performance_pod=is_performance_pod(pod),
+            kept_off=lambda node: refused[node] is not None,
+            groups=membership,
+        )
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
         alive = self.cache.manager_alive(self._clock())

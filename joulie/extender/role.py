@@ -14,7 +14,9 @@ from typing import Any
 
 import structlog
 
+from joulie.core.preemption_candidates import Candidate
 from joulie.extender.cache import ExtenderCache
+from joulie.extender.groups import GroupCache, podgroups_served
 from joulie.extender.placement import CachePlacement
 from joulie.extender.server import extender_app, serve
 from joulie.extender.settings import ExtenderSettings
@@ -37,6 +39,9 @@ class _Unsynced:
     def prioritize(self, pod: Any, nodes: Any) -> list[int]:
         return [5] * len(nodes)
 
+    def preempt(self, pod: Any, candidates: Any) -> list[Candidate]:
+        return list(candidates)
+
     def explain(self, pod: Any, node: str) -> dict[str, Any]:
         return {"node": node, "neutral": "the extender has not reached the cluster yet"}
 
@@ -56,6 +61,10 @@ class _Switch:
 
     def prioritize(self, pod: Any, nodes: Any) -> Scores:
         result: Scores = self.current.prioritize(pod, nodes)
+        return result
+
+    def preempt(self, pod: Any, candidates: Any) -> list[Candidate]:
+        result: list[Candidate] = self.current.preempt(pod, candidates)
         return result
 
     def explain(self, pod: Any, node: str) -> Any:
@@ -90,7 +99,8 @@ class ExtenderRole:
         try:
             client = self._client or await self._connector.connect(stopping)
             if client is not None:
-                cache = self.cache = ExtenderCache(client, self.settings.pod_namespace)
+                groups = GroupCache(client, await _podgroups_served(client))
+                cache = self.cache = ExtenderCache(client, self.settings.pod_namespace, groups)
                 tasks = [asyncio.create_task(i.run(stopping)) for i in cache.informers]
                 self.placement.current = CachePlacement(cache)
             await server  # until stopping (or the address cannot be bound: that ends the role)
@@ -100,6 +110,18 @@ class ExtenderRole:
             await asyncio.gather(server, *tasks, return_exceptions=True)
             if client is not None and self._client is None:
                 await client.close()
+
+
+async def _podgroups_served(client: KubeClient) -> bool:
+    try:
+        served = await podgroups_served(client)
+    except Exception as exc:  # discovery refused or unreachable: go on without groups
+        log.warning(
+            "cannot tell whether PodGroups are served; preempt ignores groups", error=str(exc)
+        )
+        return False
+    log.info("podgroups", served=served)
+    return served
 
 
 def build(settings: ExtenderSettings) -> ExtenderRole:

@@ -15,6 +15,9 @@ Routes:
 
 - ``POST /filter``, ``POST /prioritize``: ExtenderArgs in, ExtenderFilterResult /
   HostPriorityList out (``joulie.extender.wire``).
+- ``POST /preempt``: ExtenderPreemptionArgs in, ExtenderPreemptionResult out: the candidates
+  kube-scheduler may go on with (``joulie.core.preemption_candidates``); when the extender cannot
+  decide, the candidates as sent.
 - ``GET /readyz``: 200 when the placement is ready, else 503 (a probe on the extender's own port).
 - ``GET /debug/score?node=NAME``: the placement's score terms for one node, as JSON. The pod is
   the JSON body (a v1.Pod, as ``kubectl get pod -o json`` prints it; POST works too, for clients
@@ -34,7 +37,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import structlog
 from aiohttp import web
@@ -42,12 +45,14 @@ from aiohttp import web
 from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.core.preemption_candidates import Candidate
 from joulie.extender import wire
 from joulie.extender.metrics import Outcome, Verb, record
 from joulie.extender.settings import ExtenderSettings
 from joulie.settings import format_duration, split_address
 
 log = structlog.get_logger("joulie.extender")
+_T = TypeVar("_T")
 
 NEUTRAL_SCORE: Final = wire.MIN_SCORE
 """The score of every node when the extender cannot decide: equal scores leave the ranking to
@@ -76,6 +81,12 @@ class Placement(Protocol):
 
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> wire.Scores:
         """A score from 0 to 10 for each node, in the order of ``nodes``."""
+
+    def preempt(
+        self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
+    ) -> Sequence[Candidate]:
+        """The preemption candidates kube-scheduler may go on with (a subset of ``candidates``,
+        each unchanged)."""
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
         """The terms of the pod's score on the node, for people (JSON-serialisable)."""
@@ -243,8 +254,12 @@ def extender_app(
     lists = wire.NameLists()
 
     def parse(body: bytes, verb: Verb) -> wire.ExtenderArgs:
+        return read(lambda: wire.parse_args(body, lists), verb)
+
+    def read(reader: Callable[[], _T], verb: Verb) -> _T:
+        """The body as ``reader`` reads it; a malformed one is refused with 400 and its reason."""
         try:
-            return wire.parse_args(body, lists)
+            return reader()
         except wire.WireError as exc:
             failures.report(
                 (verb.value, "bad_request"),
@@ -279,7 +294,7 @@ def extender_app(
         reason = f"body larger than EXTENDER_MAX_BODY_BYTES ({max_body} bytes)"
         return _text(413, Outcome.TOO_LARGE, reason)
 
-    def overdue(verb: Verb, args: wire.ExtenderArgs, started: float) -> bool:
+    def overdue(verb: Verb, nodes: int, started: float) -> bool:
         """Whether the time limit was spent before the placement could be asked."""
         elapsed = clock() - started
         if elapsed <= limit_s:
@@ -288,7 +303,7 @@ def extender_app(
             (verb.value, "timeout"),
             "request time limit spent before deciding; answering without the placement",
             verb=verb.value,
-            nodes=len(args.names),
+            nodes=nodes,
             elapsed_s=round(elapsed, 3),
             limit_s=limit_s,
         )
@@ -318,7 +333,7 @@ def extender_app(
     def filter_answer(raw: bytes, started: float) -> _Answer:
         args = parse(raw, Verb.FILTER)
         count = len(args.names)
-        if overdue(Verb.FILTER, args, started):
+        if overdue(Verb.FILTER, count, started):
             return _Answer(200, wire.pass_all_response(args), Outcome.TIMEOUT, count)
         try:
             reasons = placement.filter(args.pod, args.names, args.labels)
@@ -337,7 +352,7 @@ def extender_app(
         args = parse(raw, Verb.PRIORITIZE)
         count = len(args.names)
         neutral = [NEUTRAL_SCORE] * count
-        if overdue(Verb.PRIORITIZE, args, started):
+        if overdue(Verb.PRIORITIZE, count, started):
             body = wire.prioritize_response(args.names, neutral, args.plain)
             return _Answer(200, body, Outcome.TIMEOUT, count)
         try:
@@ -348,6 +363,28 @@ def extender_app(
             body = wire.prioritize_response(args.names, neutral, args.plain)
             return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
         return _Answer(200, body, decided(Verb.PRIORITIZE, started, count), count)
+
+    async def preempt(request: web.Request, started: float) -> _Answer:
+        body = await read_body(request, started, limit_s)
+        with _collector_paused():
+            return preempt_answer(body, started)
+
+    def preempt_answer(raw: bytes, started: float) -> _Answer:
+        pod, candidates = read(lambda: wire.parse_preemption_args(raw), Verb.PREEMPT)
+        count = len(candidates)
+        # Without a decision, kube-scheduler's own choice stands: the candidates as sent.
+        unchanged = wire.preemption_response(candidates)
+        if overdue(Verb.PREEMPT, count, started):
+            return _Answer(200, unchanged, Outcome.TIMEOUT, count)
+        try:
+            kept = list(placement.preempt(pod, candidates))
+            if not set(kept) <= set(candidates):
+                raise ValueError("preempt returned a candidate (or victims) it was not sent")
+            body = wire.preemption_response(kept)
+        except Exception as exc:
+            failures.internal(Verb.PREEMPT.value, exc, nodes=count)
+            return _Answer(200, unchanged, Outcome.INTERNAL_ERROR, count)
+        return _Answer(200, body, decided(Verb.PREEMPT, started, count), count)
 
     async def debug_score(request: web.Request, started: float) -> _Answer:
         node = request.query.get("node", "")
@@ -406,6 +443,7 @@ def extender_app(
     app = web.Application(client_max_size=max_body)
     app.router.add_post("/filter", handler(Verb.FILTER, filter_nodes))
     app.router.add_post("/prioritize", handler(Verb.PRIORITIZE, prioritize))
+    app.router.add_post("/preempt", handler(Verb.PREEMPT, preempt))
     app.router.add_get("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
     app.router.add_post("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
     app.router.add_get("/readyz", readyz)

@@ -32,6 +32,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from joulie.core.preemption_candidates import Candidate
+
 MIN_SCORE: Final = 0
 MAX_SCORE: Final = 10
 """kube-scheduler's MinExtenderPriority and MaxExtenderPriority: it multiplies an extender score
@@ -344,6 +346,69 @@ def _node(item: Any, i: int) -> WireNode:
     return WireNode(name, labels, raw)
 
 
+# --- preemption --------------------------------------------------------------------------------
+#
+# ExtenderPreemptionArgs carries, per candidate node, the pods kube-scheduler would evict there:
+# as UIDs ("NodeNameToMetaVictims", nodeCacheCapable) or as whole Pods ("NodeNameToVictims").
+# The answer, ExtenderPreemptionResult, always names them by UID; kube-scheduler maps each UID
+# back to a pod on that same node, so an answer must only keep or drop what it was sent.
+
+
+def parse_preemption_args(body: bytes) -> tuple[Mapping[str, Any], tuple[Candidate, ...]]:
+    """The preemptor pod and the candidates of an ExtenderPreemptionArgs body, in the order sent;
+    WireError if malformed."""
+    top = _object(_json(body), "the body")
+    pod = _field(top, "Pod")
+    if pod is _ABSENT or pod is None:
+        raise WireError("no Pod in the body")
+    pod = _object(pod, "Pod")
+    meta = _field(top, "NodeNameToMetaVictims")
+    full = _field(top, "NodeNameToVictims")
+    has_meta = meta is not _ABSENT and meta is not None
+    has_full = full is not _ABSENT and full is not None
+    if has_meta and has_full:
+        raise WireError("both NodeNameToMetaVictims and NodeNameToVictims are set")
+    if not (has_meta or has_full):
+        return pod, ()
+    field = "NodeNameToMetaVictims" if has_meta else "NodeNameToVictims"
+    per_node = _object(meta if has_meta else full, field)
+    return pod, tuple(
+        _candidate(node, victims, f"{field}[{node!r}]", whole_pods=has_full)
+        for node, victims in per_node.items()
+    )
+
+
+def _candidate(node: str, value: Any, where: str, *, whole_pods: bool) -> Candidate:
+    if not node:
+        raise WireError(f"{where}: a candidate node name is empty")
+    victims = _object(value, where)
+    pods = _field(victims, "Pods")
+    if pods is _ABSENT or pods is None:
+        pods = []
+    if not isinstance(pods, list):
+        raise WireError(f"{where}.Pods is {_type_name(pods)}, not an array")
+    uids = tuple(_victim_uid(pod, f"{where}.Pods[{i}]", whole_pods) for i, pod in enumerate(pods))
+    violations = _field(victims, "NumPDBViolations")
+    if violations is _ABSENT or violations is None:
+        violations = 0
+    if isinstance(violations, bool) or not isinstance(violations, int) or violations < 0:
+        raise WireError(f"{where}.NumPDBViolations is {violations!r}, not a count")
+    return Candidate(node, uids, violations)
+
+
+def _victim_uid(value: Any, where: str, whole_pod: bool) -> str:
+    item = _object(value, where)
+    if whole_pod:
+        meta = _field(item, "metadata")
+        item = _object(meta, f"{where}.metadata") if meta is not _ABSENT else {}
+        uid = _field(item, "uid")
+    else:
+        uid = _field(item, "UID")
+    if not isinstance(uid, str) or not uid:
+        raise WireError(f"{where} has no UID")
+    return uid
+
+
 # --- writing -----------------------------------------------------------------------------------
 #
 # An answer names up to thousands of nodes, and building a dict per node for json.dumps was most
@@ -534,3 +599,18 @@ def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None
     pieces[0] = '[{"Host":"' + pieces[0]
     pieces[-1] = _AFTER_LAST[values[-1]]
     return "".join(pieces).encode()
+
+
+def preemption_response(candidates: Iterable[Candidate]) -> bytes:
+    """An ExtenderPreemptionResult: the candidates kept, their victims by UID."""
+    return _dump(
+        {
+            "NodeNameToMetaVictims": {
+                c.node: {
+                    "Pods": [{"UID": uid} for uid in c.victims],
+                    "NumPDBViolations": c.pdb_violations,
+                }
+                for c in candidates
+            }
+        }
+    )

@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from hack.cluster.pki import create_pki
+from joulie.core.preemption_candidates import Candidate
 from joulie.extender import wire
 from joulie.extender.server import Placement, TlsError, extender_app, serve, tls_context
 from joulie.extender.settings import ExtenderSettings
@@ -88,6 +89,14 @@ class FakePlacement:
         if self.answer is not None:
             return self.answer  # type: ignore[no-any-return]
         return [len(n) % 11 for n in nodes]
+
+    def preempt(
+        self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
+    ) -> Sequence[Candidate]:
+        self._call("preempt")
+        if self.answer is not None:
+            return self.answer  # type: ignore[no-any-return]
+        return [c for c in candidates if c.node not in self.eco]
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
         self._call("explain")
@@ -635,3 +644,53 @@ def test_extender_settings() -> None:
         problems = ExtenderSettings.from_env({only: "/etc/tls/x.pem"}).problems
         assert [p.variable for p in problems] == [only]
         assert "is set without" in problems[0].detail
+
+
+# --- preempt -----------------------------------------------------------------------------------
+
+PREEMPT_BODY = json.dumps(
+    {
+        "Pod": {"metadata": {"name": "train", "namespace": "ml"}},
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "cpu-a-01": {"Pods": [{"UID": "u1"}], "NumPDBViolations": 0},
+            "gpu-h-08": {"Pods": [{"UID": "u2"}, {"UID": "u3"}], "NumPDBViolations": 1},
+        },
+    }
+).encode()
+
+
+@pytest.mark.asyncio
+async def test_preempt_answers_the_candidates_the_placement_keeps(served: Served) -> None:
+    before = count("preempt", "ok")
+    status, answer = await served.post("/preempt", PREEMPT_BODY)
+    assert status == 200
+    assert answer == {
+        "NodeNameToMetaVictims": {"cpu-a-01": {"Pods": [{"UID": "u1"}], "NumPDBViolations": 0}}
+    }
+    assert count("preempt", "ok") == before + 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "answer",
+    [RuntimeError("broken"), [Candidate("elsewhere", ("u9",))], [Candidate("cpu-a-01", ("u9",))]],
+)
+async def test_a_preempt_without_a_decision_leaves_kube_schedulers_choice(
+    served: Served, answer: Any
+) -> None:
+    if isinstance(answer, Exception):
+        served.placement.fail = answer
+    else:
+        served.placement.answer = answer
+    status, body = await served.post("/preempt", PREEMPT_BODY)
+    assert status == 200
+    assert body == {"NodeNameToMetaVictims": json.loads(PREEMPT_BODY)["NodeNameToMetaVictims"]}
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_preempt_body_gets_400(served: Served) -> None:
+    status, text = await served.post("/preempt", b'{"Pod":{},"NodeNameToMetaVictims":[]}')
+    assert status == 400
+    assert "NodeNameToMetaVictims is an array" in text
+    assert served.placement.calls == []

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from joulie.core.preemption_candidates import Candidate
 from joulie.extender.wire import (
     MIN_REMEMBERED_BYTES,
     ExtenderArgs,
@@ -21,7 +22,9 @@ from joulie.extender.wire import (
     filter_response,
     parse_args,
     parse_pod,
+    parse_preemption_args,
     pass_all_response,
+    preemption_response,
     prioritize_response,
 )
 
@@ -412,3 +415,57 @@ def test_a_body_reads_the_same_with_lists_read_before(
     expected = outcome(raw, None)
     assert outcome(raw, lists) == expected
     assert outcome(raw, lists) == expected
+
+
+# --- preemption --------------------------------------------------------------------------------
+
+
+def test_preemption_args_in_both_forms_and_the_result_kube_scheduler_reads() -> None:
+    meta = go(
+        {
+            "Pod": {"metadata": {"name": "p"}},
+            "NodeNameToVictims": None,
+            "NodeNameToMetaVictims": {
+                "n1": {"Pods": [{"UID": "u1"}, {"UID": "u2"}], "NumPDBViolations": 1},
+                "n2": {"Pods": [{"UID": "u3"}], "NumPDBViolations": 0},
+            },
+        }
+    )
+    pod, candidates = parse_preemption_args(meta)
+    assert pod == {"metadata": {"name": "p"}}
+    assert candidates == (Candidate("n1", ("u1", "u2"), 1), Candidate("n2", ("u3",), 0))
+    full = go(
+        {
+            "Pod": {},
+            "NodeNameToVictims": {
+                "n1": {"Pods": [{"metadata": {"name": "v", "uid": "u1"}}], "NumPDBViolations": 0}
+            },
+            "NodeNameToMetaVictims": None,
+        }
+    )
+    assert parse_preemption_args(full)[1] == (Candidate("n1", ("u1",), 0),)
+    # Go reads keys in any case; kube-scheduler reads only NodeNameToMetaVictims back.
+    lower = b'{"pod":{},"nodenametometavictims":{"foo":{"pods":[{"uid":"myuid"}]}}}'
+    assert parse_preemption_args(lower)[1] == (Candidate("foo", ("myuid",), 0),)
+    assert preemption_response([Candidate("foo", ("myuid",), 1)]) == (
+        b'{"NodeNameToMetaVictims":{"foo":{"Pods":[{"UID":"myuid"}],"NumPDBViolations":1}}}'
+    )
+    assert preemption_response([]) == b'{"NodeNameToMetaVictims":{}}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"NodeNameToMetaVictims":{}}', "no Pod in the body"),
+        (b'{"Pod":{},"NodeNameToMetaVictims":[]}', "NodeNameToMetaVictims is an array"),
+        (b'{"Pod":{},"NodeNameToMetaVictims":{"n":{"Pods":[{}]}}}', "has no UID"),
+        (b'{"Pod":{},"NodeNameToMetaVictims":{"n":{"Pods":{}}}}', "Pods is an object"),
+        (b'{"Pod":{},"NodeNameToMetaVictims":{"n":{"NumPDBViolations":-1}}}', "not a count"),
+        (b'{"Pod":{},"NodeNameToMetaVictims":{},"NodeNameToVictims":{}}', "both"),
+        (b'{"Pod":{},"NodeNameToVictims":{"n":{"Pods":[{"metadata":{}}]}}}', "has no UID"),
+    ],
+)
+def test_a_malformed_preemption_body_is_one_wire_error(raw: bytes, reason: str) -> None:
+    with pytest.raises(WireError) as caught:
+        parse_preemption_args(raw)
+    assert reason in caught.value.reason
