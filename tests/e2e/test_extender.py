@@ -336,3 +336,60 @@ def test_scores_go_neutral_when_the_manager_is_gone(
     finally:
         manager.start()
         wait_until(manager.ready, 60, "the manager back")
+
+
+@pytest.fixture
+def priorities(cluster: LocalCluster) -> Iterator[tuple[str, str]]:
+    low, high = f"ex-low-{uuid.uuid4().hex[:6]}", f"ex-high-{uuid.uuid4().hex[:6]}"
+    with cluster.api() as api:
+        for name, value in ((low, 10), (high, 1000)):
+            api.post(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                json={"metadata": {"name": name}, "value": value},
+            ).raise_for_status()
+    yield low, high
+    with cluster.api() as api:
+        for name in (low, high):
+            api.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def test_a_performance_pod_preempts_only_where_it_may_run(
+    cluster: LocalCluster,
+    nodes: list[str],
+    extender: Extender,
+    namespace: str,
+    priorities: tuple[str, str],
+) -> None:
+    """kube-scheduler's own preemption would evict the one pod filling an eco node (fewest
+    victims) for a performance pod the extender then keeps off that node; the preempt verb drops
+    such candidates, so the victims are taken on a performance node."""
+    low, high = priorities
+    perf, eco = planned(cluster, nodes)
+    millis = {
+        n["metadata"]["name"]: int(n["status"]["capacity"]["cpu"]) * 1000 for n in manifests()
+    }
+    request = min(millis[n] for n in perf) * 6 // 10
+    half = request // 2 + 1
+    # One pod fills each eco node; performance nodes are filled with pods of half the request,
+    # so a performance node needs at least two victims where an eco node needs one.
+    fill = [pod(f"fill-{n}", performance=False, node=n, cpu=f"{millis[n]}m") for n in sorted(eco)]
+    for n in sorted(perf):
+        count, rest = divmod(millis[n], half)
+        fill += [
+            pod(f"half-{n}-{i}", performance=False, node=n, cpu=f"{half}m") for i in range(count)
+        ]
+        if rest:
+            fill.append(pod(f"rest-{n}", performance=False, node=n, cpu=f"{rest}m"))
+    for manifest in fill:
+        manifest["spec"]["priorityClassName"] = low
+    create(cluster, namespace, fill)
+    before = placed(cluster, namespace)
+    preemptor = pod("urgent", performance=True, cpu=f"{request}m")
+    preemptor["spec"]["priorityClassName"] = high
+    create(cluster, namespace, [preemptor])
+    where = all_bound(cluster, namespace, 1, "urgent")
+    assert where["urgent"] in perf
+    gone = {name: node for name, node in before.items() if name not in placed(cluster, namespace)}
+    assert gone, "nothing was preempted"
+    assert set(gone.values()) <= perf, gone
+    assert extender.process.metric("joulie_extender_requests_total", verb="preempt") >= 1
