@@ -27,6 +27,10 @@ Choices where the sources leave room (see the report of the change for the reaso
   (:attr:`Reprieval.RESCHEDULE`, the default). :attr:`Reprieval.FIXED_PLACEMENT` instead keeps the
   first placement fixed and spares a unit only if every preemptor pod still lands where that
   placement put it, which is the in-place check of the 1.37 scheduler.
+  Each unit is judged once, at its turn, as the scheduler does. For a gang of identical pods
+  first fit places as many pods as the free room allows, so a unit preempted at its turn still
+  could not come back at the end; a greedy placement of mixed pod sizes can occasionally place
+  more with less room, so for such gangs that guarantee holds only at the unit's turn.
 * A pod naming a PodGroup ranks as a PodGroup unit even when it is preempted alone (size 1), as
   the scheduler's comparison does; a pod naming a PodGroup that does not exist is a lone unit
   at its own priority, still ranked as PodGroup kind.

@@ -605,7 +605,8 @@ def _fits(free: Mapping[str, float], requests: Mapping[str, float]) -> bool:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+def scenarios(draw: st.DrawFn, alike: bool = False) -> dict[str, Any]:
+    """A random small cluster and preemptor; ``alike`` gives the preemptor identical pods."""
     nodes = [
         Node(f"n{i}", {"cpu": draw(st.integers(1, 6)), "gpu": draw(st.integers(0, 2))})
         for i in range(draw(st.integers(1, 3)))
@@ -642,8 +643,13 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         )
         for i in range(draw(st.integers(0, 2)))
     ]
+    shared = draw(requests)
     pending = [
-        Pod(f"new-{i}", requests=draw(requests), priority=draw(st.integers(0, 2)))
+        Pod(
+            f"new-{i}",
+            requests=shared if alike else draw(requests),
+            priority=0 if alike else draw(st.integers(0, 2)),
+        )
         for i in range(draw(st.integers(1, 3)))
     ]
     preemptor = Preemptor(
@@ -704,18 +710,26 @@ def test_the_placement_fits_once_the_victims_are_gone(
 
 
 @PROPERTY
-@given(case=scenarios(), reprieval=st.sampled_from(list(Reprieval)))
-def test_putting_back_any_victim_unit_breaks_the_placement(
-    case: dict[str, Any], reprieval: Reprieval
-) -> None:
-    result = run(case, reprieval)
+@given(case=scenarios())
+def test_putting_back_any_victim_unit_breaks_the_fixed_placement(case: dict[str, Any]) -> None:
+    result = run(case, Reprieval.FIXED_PLACEMENT)
     for victim in result.victims:
         back = [*survivors(case, result.victims), *victim.pods]
-        if reprieval is Reprieval.FIXED_PLACEMENT:
-            assert not fits_placement(case, back, result.placement)
-        else:
-            retry = first_fit(Snapshot(tuple(case["nodes"]), tuple(back)), case["preemptor"])
-            assert retry is None or len(retry) < len(result.placement)
+        assert not fits_placement(case, back, result.placement)
+
+
+@PROPERTY
+@given(case=scenarios(alike=True))
+def test_putting_back_any_victim_unit_places_fewer_preemptor_pods(case: dict[str, Any]) -> None:
+    # Re-running the placement step judges each unit against the state at its turn. For a gang
+    # of identical pods first fit places as many as the free room allows, a count that only
+    # falls as pods come back, so the verdict still holds at the end. For mixed pod sizes a
+    # greedy placement can do better with less room, and this holds only at each unit's turn.
+    result = run(case, Reprieval.RESCHEDULE)
+    for victim in result.victims:
+        back = [*survivors(case, result.victims), *victim.pods]
+        retry = first_fit(Snapshot(tuple(case["nodes"]), tuple(back)), case["preemptor"])
+        assert retry is None or len(retry) < len(result.placement)
 
 
 @PROPERTY
