@@ -68,6 +68,7 @@ EXTENDER_CPU = 0
 LOAD_CPU = 1
 WARMUP = 50
 LISTS = 64
+PREEMPT_CANDIDATES = 500
 """Distinct node lists per "new lists" case: more than the extender remembers."""
 
 
@@ -229,6 +230,22 @@ def nodes_body(pod: Mapping[str, Any], items: list[dict[str, Any]]) -> bytes:
     return go_json({"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
 
 
+def preempt_body(pod: Mapping[str, Any], nodes: list[str], uids: list[str]) -> bytes:
+    per_node = {
+        node: {"Pods": [{"UID": uid} for uid in uids[3 * i : 3 * i + 3]], "NumPDBViolations": 0}
+        for i, node in enumerate(nodes)
+    }
+    return go_json({"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": per_node})
+
+
+def pod_uids(cluster: LocalCluster, count: int) -> list[str]:
+    """UIDs of pods the cluster holds (the extender's pod cache knows them)."""
+    with cluster.api() as api:
+        page = api.get("/api/v1/pods", params={"limit": count}, timeout=120)
+        page.raise_for_status()
+        return [p["metadata"]["uid"] for p in page.json()["items"]]
+
+
 def list_nodes(cluster: LocalCluster) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     params: dict[str, Any] = {"limit": 1000}
@@ -260,6 +277,9 @@ def check_answer(verb: str, pod: str, sent: int, body: bytes) -> dict[str, Any]:
     """What the extender decided, in brief, so a run that measured pass-all or neutral answers
     shows it."""
     answer = json.loads(body)
+    if verb == "preempt":
+        kept = answer["NodeNameToMetaVictims"]
+        return {"candidates_kept": len(kept)}
     if verb == "prioritize":
         scores: dict[int, int] = {}
         for entry in answer:
@@ -789,6 +809,7 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         # The load runs on the other core from here on.
         os.sched_setaffinity(0, {LOAD_CPU})
         items = rng.sample(nodes, len(nodes))
+        victim_uids = pod_uids(cluster, PREEMPT_CANDIDATES * 3)
         # "same list": every request names the same nodes, as kube-scheduler does when it lists
         # every node (and in a prioritize after a filter); "new lists": each request a list the
         # extender has not seen lately (rotations of the same nodes), so nothing is remembered.
@@ -807,6 +828,10 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
             ):
                 for verb in ("filter", "prioritize"):
                     cases.append((form, pod_name, verb, bodies, sent, count))
+            # What kube-scheduler's default preemption sends at 5,000 nodes: 10 % of the
+            # nodes as candidates (minCandidateNodesPercentage), three victims on each.
+            preempt = preempt_body(pod, rng.sample(names, PREEMPT_CANDIDATES), victim_uids)
+            cases.append(("500 candidates", pod_name, "preempt", [preempt], 0, n))
         ours = [c.pid for c in cluster.components.values() if c.pid is not None]
         ours += [mgr.process.pid, ext.process.pid]
         other = OtherLoad(ours)
@@ -906,7 +931,8 @@ def report(figures: Mapping[str, Any]) -> None:
     print(f"{'case':56} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
     for row in figures["latency"]:
         case = f"{row['verb']} {row['pod']}, {row['form']}"
-        answer = {k: v for k, v in row.items() if k in ("scores", "passing", "failed")}
+        shown = ("scores", "passing", "failed", "candidates_kept")
+        answer = {k: v for k, v in row.items() if k in shown}
         print(
             f"{case:56} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
             f"{row['server_mean_ms']:>7} {row['requests']:>5}  {answer}"

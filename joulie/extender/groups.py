@@ -13,6 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from joulie.api.workload import DisruptionMode, PodGroupSpec, pod_group_of
 from joulie.core.preemption_candidates import GroupMembership
 from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.informer import Informer
@@ -39,32 +42,33 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+NO_GROUP = PodRef("", "", "")
+"""What every pod outside a PodGroup is kept as: one shared value, and not indexed, so the
+cache of a cluster's pods costs little more than their keys."""
+
+
 def pod_ref(raw: Mapping[str, Any]) -> PodRef:
+    found = pod_group_of(raw)
+    if found is None:
+        return NO_GROUP
     meta, spec = _map(raw.get("metadata")), _map(raw.get("spec"))
-    name = _map(spec.get("schedulingGroup")).get("podGroupName")
-    group = f"{meta.get('namespace', '')}/{name}" if isinstance(name, str) and name else ""
     return PodRef(
-        uid=sys.intern(str(meta.get("uid", ""))),
+        uid=str(meta.get("uid", "")),
         node=sys.intern(str(spec.get("nodeName") or "")),
-        group=sys.intern(group),
+        group=sys.intern("/".join(found)),
     )
-
-
-def all_or_nothing(spec: Mapping[str, Any]) -> bool:
-    """Whether a PodGroup's disruption mode takes it whole: ``{"all": {}}`` (v1beta1) or
-    ``"PodGroup"`` (v1alpha2); unset means one pod at a time."""
-    mode = spec.get("disruptionMode")
-    if isinstance(mode, Mapping):
-        return "all" in mode
-    return mode == "PodGroup"
 
 
 def group_view(raw: Mapping[str, Any]) -> GroupView:
+    """A PodGroup as the screen needs it; one whose spec cannot be read counts as taking pods
+    one at a time (the API's default), so it never holds a preemption back."""
     meta = _map(raw.get("metadata"))
-    return GroupView(
-        key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        all_or_nothing=all_or_nothing(_map(raw.get("spec"))),
-    )
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    try:
+        spec = PodGroupSpec.model_validate(raw.get("spec") or {})
+    except ValidationError:
+        return GroupView(key, all_or_nothing=False)
+    return GroupView(key, all_or_nothing=spec.disruption is DisruptionMode.ALL)
 
 
 async def podgroups_served(client: KubeClient) -> bool:
@@ -86,7 +90,10 @@ class GroupCache:
             client,
             "/api/v1/pods",
             pod_ref,
-            indexers={"uid": lambda p: (p.uid,), "group": lambda p: (p.group,) if p.group else ()},
+            indexers={
+                "uid": lambda p: (p.uid,) if p.group else (),
+                "group": lambda p: (p.group,) if p.group else (),
+            },
         )
         self.groups: Informer[GroupView] | None = (
             Informer(client, PODGROUPS, group_view) if podgroups else None

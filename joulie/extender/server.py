@@ -85,8 +85,8 @@ class Placement(Protocol):
     def preempt(
         self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
     ) -> Sequence[Candidate]:
-        """The preemption candidates kube-scheduler may go on with (a subset of ``candidates``,
-        each unchanged)."""
+        """The preemption candidates kube-scheduler may go on with: some of the very objects in
+        ``candidates``, each at most once."""
 
     def explain(self, pod: Mapping[str, Any], node: str) -> Mapping[str, Any]:
         """The terms of the pod's score on the node, for people (JSON-serialisable)."""
@@ -373,17 +373,19 @@ def extender_app(
         pod, candidates = read(lambda: wire.parse_preemption_args(raw), Verb.PREEMPT)
         count = len(candidates)
         # Without a decision, kube-scheduler's own choice stands: the candidates as sent.
-        unchanged = wire.preemption_response(candidates)
         if overdue(Verb.PREEMPT, count, started):
-            return _Answer(200, unchanged, Outcome.TIMEOUT, count)
+            return _Answer(200, wire.preemption_response(candidates), Outcome.TIMEOUT, count)
         try:
             kept = list(placement.preempt(pod, candidates))
-            if not set(kept) <= set(candidates):
-                raise ValueError("preempt returned a candidate (or victims) it was not sent")
+            # The very objects it was sent (so none altered), each at most once.
+            sent = {id(c) for c in candidates}
+            if not all(id(c) in sent for c in kept) or len({id(c) for c in kept}) != len(kept):
+                raise ValueError("preempt returned a candidate it was not sent")
             body = wire.preemption_response(kept)
         except Exception as exc:
             failures.internal(Verb.PREEMPT.value, exc, nodes=count)
-            return _Answer(200, unchanged, Outcome.INTERNAL_ERROR, count)
+            body = wire.preemption_response(candidates)
+            return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
         return _Answer(200, body, decided(Verb.PREEMPT, started, count), count)
 
     async def debug_score(request: web.Request, started: float) -> _Answer:

@@ -373,40 +373,45 @@ def parse_preemption_args(body: bytes) -> tuple[Mapping[str, Any], tuple[Candida
     field = "NodeNameToMetaVictims" if has_meta else "NodeNameToVictims"
     per_node = _object(meta if has_meta else full, field)
     return pod, tuple(
-        _candidate(node, victims, f"{field}[{node!r}]", whole_pods=has_full)
-        for node, victims in per_node.items()
+        _candidate(node, victims, field, whole_pods=has_full) for node, victims in per_node.items()
     )
 
 
-def _candidate(node: str, value: Any, where: str, *, whole_pods: bool) -> Candidate:
+def _candidate(node: str, value: Any, field: str, *, whole_pods: bool) -> Candidate:
+    # Where-strings are made only for an error: a call carries thousands of victims.
     if not node:
-        raise WireError(f"{where}: a candidate node name is empty")
-    victims = _object(value, where)
+        raise WireError(f"{field}: a candidate node name is empty")
+    victims = value if isinstance(value, dict) else _object(value, f"{field}[{node!r}]")
     pods = _field(victims, "Pods")
     if pods is _ABSENT or pods is None:
         pods = []
     if not isinstance(pods, list):
-        raise WireError(f"{where}.Pods is {_type_name(pods)}, not an array")
-    uids = tuple(_victim_uid(pod, f"{where}.Pods[{i}]", whole_pods) for i, pod in enumerate(pods))
+        raise WireError(f"{field}[{node!r}].Pods is {_type_name(pods)}, not an array")
+    uids = tuple(_victim_uid(pod, whole_pods) for pod in pods)
+    if "" in uids:
+        i = uids.index("")
+        raise WireError(f"{field}[{node!r}].Pods[{i}] has no UID")
     violations = _field(victims, "NumPDBViolations")
     if violations is _ABSENT or violations is None:
         violations = 0
     if isinstance(violations, bool) or not isinstance(violations, int) or violations < 0:
-        raise WireError(f"{where}.NumPDBViolations is {violations!r}, not a count")
+        raise WireError(f"{field}[{node!r}].NumPDBViolations is {violations!r}, not a count")
     return Candidate(node, uids, violations)
 
 
-def _victim_uid(value: Any, where: str, whole_pod: bool) -> str:
-    item = _object(value, where)
+def _victim_uid(item: Any, whole_pod: bool) -> str:
+    """The victim's UID; empty when there is none to read (the caller says where)."""
+    if not isinstance(item, dict):
+        return ""
     if whole_pod:
         meta = _field(item, "metadata")
-        item = _object(meta, f"{where}.metadata") if meta is not _ABSENT else {}
+        item = meta if isinstance(meta, dict) else {}
         uid = _field(item, "uid")
+    elif len(item) == 1 and "UID" in item:
+        uid = item["UID"]  # as kube-scheduler writes it: no other key to weigh, as Go would
     else:
         uid = _field(item, "UID")
-    if not isinstance(uid, str) or not uid:
-        raise WireError(f"{where} has no UID")
-    return uid
+    return uid if isinstance(uid, str) else ""
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -436,8 +441,9 @@ def _dump(value: Any) -> bytes:
 
 
 def _dump_nodes(value: Any) -> bytes:
-    """Node objects to echo: the same values as :func:`_dump`, several times faster for the
-    megabytes of them a Nodes-form answer carries (non-ASCII text is written as UTF-8)."""
+    """The same values as :func:`_dump`, several times faster for the megabytes of Node objects
+    a Nodes-form answer echoes and the thousands of victims a preemption answer names
+    (non-ASCII text is written as UTF-8)."""
     try:
         return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError: a lone surrogate, which UTF-8 cannot encode
@@ -603,7 +609,7 @@ def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None
 
 def preemption_response(candidates: Iterable[Candidate]) -> bytes:
     """An ExtenderPreemptionResult: the candidates kept, their victims by UID."""
-    return _dump(
+    return _dump_nodes(
         {
             "NodeNameToMetaVictims": {
                 c.node: {
