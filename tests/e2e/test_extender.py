@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
+from joulie.api.quantity import parse_quantity
+from joulie.core import preemption as core
 from tests.support.processes import RoleProcess
 from tests.support.waiting import wait_until
 
@@ -393,3 +396,235 @@ def test_a_performance_pod_preempts_only_where_it_may_run(
     assert gone, "nothing was preempted"
     assert set(gone.values()) <= perf, gone
     assert extender.process.metric("joulie_extender_requests_total", verb="preempt") >= 1
+
+
+def test_a_performance_gang_is_placed_by_workload_aware_preemption_off_eco_nodes(
+    cluster: LocalCluster,
+    nodes: list[str],
+    extender: Extender,
+    namespace: str,
+    priorities: tuple[str, str],
+) -> None:
+    """kube-scheduler's own workload-aware preemption places a gang of four performance pods
+    on performance nodes full of lower-priority work; nothing is evicted on an eco node (which
+    has room, but the extender keeps performance pods off it)."""
+    low, high = priorities
+    perf, eco = planned(cluster, nodes)
+    capacity = {m["metadata"]["name"]: m["status"]["capacity"]["cpu"] for m in manifests()}
+    millis = {name: int(cpu) * 1000 for name, cpu in capacity.items()}
+    member = min(millis[n] for n in perf) * 4 // 10
+    fill = [
+        pod(f"busy-{n}-{i}", performance=False, node=n, cpu=f"{millis[n] // 4}m")
+        for n in sorted(perf)
+        for i in range(4)
+    ] + [pod(f"light-{n}", performance=False, node=n, cpu="100m") for n in sorted(eco)]
+    for manifest in fill:
+        manifest["spec"]["priorityClassName"] = low
+    create(cluster, namespace, fill)
+    before = placed(cluster, namespace)
+    snapshot = running_pods(cluster, namespace, set(before))
+    with cluster.api() as api:
+        api.post(
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
+            json={
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": "train"},
+                "spec": {
+                    "schedulingPolicy": {"gang": {"minCount": 4}},
+                    "priorityClassName": high,
+                },
+            },
+        ).raise_for_status()
+    gang = [pod(f"train-{i}", performance=True, cpu=f"{member}m") for i in range(4)]
+    for manifest in gang:
+        manifest["spec"]["priorityClassName"] = high
+        manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    create(cluster, namespace, gang)
+    where = all_bound(cluster, namespace, 4, "train-")
+    assert set(where.values()) <= perf, where
+    gone = {name: node for name, node in before.items() if name not in placed(cluster, namespace)}
+    assert gone, "nothing was preempted"
+    assert set(gone.values()) <= perf, gone
+
+    # (c) The same snapshot through core.preemption, with Joulie's placement rule (performance
+    # pods only on performance nodes) and first fit for capacity. kube-scheduler breaks ties
+    # between equally scored nodes at random, so on this snapshot its own victims differ from
+    # run to run; the exact comparison is the next test's, on a snapshot with one answer.
+    predicted = predict_victims(millis, perf, snapshot, member, namespace)
+    chosen = sorted(v.removeprefix(f"{namespace}/") for v in predicted.victim_pods)
+    print("victims:", json.dumps({"kube-scheduler": sorted(gone), "core.preemption": chosen}))
+    assert predicted.outcome == "preempt", predicted.reason
+    assert chosen
+    assert {snapshot[v][0] for v in chosen} <= perf
+
+
+@pytest.fixture
+def ladder(cluster: LocalCluster) -> Iterator[dict[str, int]]:
+    """Four low PriorityClasses with distinct values, so the importance of victims is decided
+    by priority alone (start times are to the second and would tie)."""
+    tag = uuid.uuid4().hex[:6]
+    classes = {f"ex-rung{v}-{tag}": v for v in (10, 11, 12, 13)}
+    with cluster.api() as api:
+        for name, value in classes.items():
+            api.post(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                json={"metadata": {"name": name}, "value": value},
+            ).raise_for_status()
+    yield classes
+    with cluster.api() as api:
+        for name in classes:
+            api.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def test_core_preemption_predicts_kube_schedulers_victims(
+    cluster: LocalCluster,
+    nodes: list[str],
+    extender: Extender,
+    namespace: str,
+    priorities: tuple[str, str],
+    ladder: dict[str, int],
+) -> None:
+    """On a snapshot with one right answer: the gang fits only on the largest performance node,
+    which holds four pods of priorities 10-13; every other performance node is full of work of
+    the gang's own priority (not a candidate), the eco nodes are empty but closed to it. Both
+    kube-scheduler's workload-aware preemption and core.preemption take the three least
+    important pods and spare the fourth."""
+    _, high = priorities
+    perf, _ = planned(cluster, nodes)
+    capacity = {m["metadata"]["name"]: m["status"]["capacity"]["cpu"] for m in manifests()}
+    millis = {name: int(cpu) * 1000 for name, cpu in capacity.items()}
+    target = max(sorted(perf), key=lambda n: millis[n])
+    quarter = millis[target] // 4
+    member = millis[target] * 15 // 100  # four of them: 60 % of the node
+    fill = []
+    for rung, (klass, _) in enumerate(sorted(ladder.items(), key=lambda kv: kv[1])):
+        fill.append(pod(f"rung-{rung}", performance=False, node=target, cpu=f"{quarter}m"))
+        fill[-1]["spec"]["priorityClassName"] = klass
+    for n in sorted(perf - {target}):
+        fill.append(pod(f"block-{n}", performance=False, node=n, cpu=f"{millis[n]}m"))
+        fill[-1]["spec"]["priorityClassName"] = high
+    create(cluster, namespace, fill)
+    before = placed(cluster, namespace)
+    snapshot = running_pods(cluster, namespace, set(before))
+    with cluster.api() as api:
+        api.post(
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
+            json={
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": "train"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}, "priorityClassName": high},
+            },
+        ).raise_for_status()
+    gang = [pod(f"train-{i}", performance=True, cpu=f"{member}m") for i in range(4)]
+    for manifest in gang:
+        manifest["spec"]["priorityClassName"] = high
+        manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    create(cluster, namespace, gang)
+    where = all_bound(cluster, namespace, 4, "train-")
+    assert set(where.values()) == {target}, where
+    gone = sorted(name for name in before if name not in placed(cluster, namespace))
+
+    rank = {f"rung-{i}": v for i, v in enumerate(sorted(ladder.values()))}
+    nodes_in = [core.Node(n, {"cpu": float(m)}) for n, m in sorted(millis.items())]
+    pods_in = [
+        core.Pod(
+            name,
+            namespace,
+            node=node,
+            priority=rank.get(name, 1000),
+            start_time=start,
+            requests={"cpu": float(cpu)},
+        )
+        for name, (node, cpu, start) in sorted(snapshot.items())
+    ]
+    members = tuple(
+        core.Pod(f"train-{i}", namespace, priority=1000, requests={"cpu": float(member)})
+        for i in range(4)
+    )
+
+    def joulie_placement(snap: core.Snapshot, who: core.Preemptor) -> core.Placement | None:
+        return core.first_fit(
+            core.Snapshot(
+                tuple(n for n in snap.nodes if n.name in perf),
+                tuple(p for p in snap.pods if p.node in perf),
+            ),
+            who,
+        )
+
+    predicted = core.preempt(
+        nodes_in,
+        pods_in,
+        core.Preemptor("train", members, priority=1000, min_count=4),
+        schedule_group=joulie_placement,
+        reprieval=core.Reprieval.FIXED_PLACEMENT,
+    )
+    chosen = sorted(v.removeprefix(f"{namespace}/") for v in predicted.victim_pods)
+    assert gone == ["rung-0", "rung-1", "rung-2"], gone
+    assert chosen == gone, {"kube-scheduler": gone, "core.preemption": chosen}
+    assert set(predicted.placement.values()) == {target}
+
+
+def running_pods(
+    cluster: LocalCluster, namespace: str, names: set[str]
+) -> dict[str, tuple[str, int, float]]:
+    """Pod name -> (node, CPU millicores, start time) for the named pods once all run."""
+
+    def started() -> dict[str, tuple[str, int, float]] | None:
+        with cluster.api() as api:
+            items = api.get(f"/api/v1/namespaces/{namespace}/pods").json()["items"]
+        found = {}
+        for item in items:
+            name, status = item["metadata"]["name"], item.get("status") or {}
+            if name not in names or not status.get("startTime"):
+                continue
+            # The API server writes quantities in canonical form: 96000m comes back as 96.
+            cpu = parse_quantity(item["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+            at = datetime.fromisoformat(status["startTime"].replace("Z", "+00:00"))
+            found[name] = (item["spec"]["nodeName"], int(cpu * 1000), at.timestamp())
+        return found if len(found) == len(names) else None
+
+    snapshot: dict[str, tuple[str, int, float]] = wait_until(started, 60, "the pods running")
+    return snapshot
+
+
+def predict_victims(
+    millis: dict[str, int],
+    perf: set[str],
+    snapshot: dict[str, tuple[str, int, float]],
+    member: int,
+    namespace: str,
+) -> core.PreemptionResult:
+    nodes = [core.Node(n, {"cpu": float(m)}) for n, m in sorted(millis.items())]
+    pods = [
+        core.Pod(
+            name,
+            namespace,
+            node=node,
+            priority=10,
+            start_time=start,
+            requests={"cpu": float(cpu)},
+        )
+        for name, (node, cpu, start) in sorted(snapshot.items())
+    ]
+    gang = tuple(
+        core.Pod(f"train-{i}", namespace, priority=1000, requests={"cpu": float(member)})
+        for i in range(4)
+    )
+
+    def joulie_placement(snap: core.Snapshot, who: core.Preemptor) -> core.Placement | None:
+        allowed = core.Snapshot(
+            tuple(n for n in snap.nodes if n.name in perf),
+            tuple(p for p in snap.pods if p.node in perf),
+        )
+        return core.first_fit(allowed, who)
+
+    preemptor = core.Preemptor("train", gang, priority=1000, min_count=4)
+    return core.preempt(
+        nodes,
+        pods,
+        preemptor,
+        schedule_group=joulie_placement,
+        reprieval=core.Reprieval.FIXED_PLACEMENT,  # 1.37 reprieves over the chosen placement
+    )
