@@ -22,11 +22,13 @@ supplies, so the simulator and the extender get the same answer from the same in
 
 Choices where the sources leave room (see the report of the change for the reasoning):
 
-* Reprieval re-runs the placement step with the unit put back and spares the unit only when the
-  group stays schedulable with at least as many preemptor pods as the best count seen so far
-  (:attr:`Reprieval.RESCHEDULE`, the default). :attr:`Reprieval.FIXED_PLACEMENT` instead keeps the
-  first placement fixed and spares a unit only if every preemptor pod still lands where that
-  placement put it, which is the in-place check of the 1.37 scheduler.
+* Reprieval keeps the first placement fixed and spares a unit only if every preemptor pod still
+  lands where that placement put it (:attr:`Reprieval.FIXED_PLACEMENT`, the default): the
+  specification's reprieval algorithm, which filters each pod on its proposed node, and what the
+  1.37 scheduler does (the e2e tests compare it with kube-scheduler's victims).
+  :attr:`Reprieval.RESCHEDULE` instead re-runs the placement step with the unit put back and
+  spares it when the group stays schedulable with at least as many preemptor pods as the best
+  count seen so far (1.36 with the May-2026 maxScheduledCount fix, as the issue describes it).
   Each unit is judged once, at its turn, as the scheduler does. For a gang of identical pods
   first fit places as many pods as the free room allows, so a unit preempted at its turn still
   could not come back at the end; a greedy placement of mixed pod sizes can occasionally place
@@ -440,7 +442,7 @@ def preempt(
     composites: Sequence[CompositeGroup] = (),
     pdbs: Sequence[Pdb] = (),
     schedule_group: ScheduleGroup = first_fit,
-    reprieval: Reprieval = Reprieval.RESCHEDULE,
+    reprieval: Reprieval = Reprieval.FIXED_PLACEMENT,
 ) -> PreemptionResult:
     """Choose the workloads to preempt so that ``preemptor`` can be placed, and where it goes.
 
@@ -459,9 +461,10 @@ def preempt(
     pods on n2 and n3), and two lone priority-10 pods: ``log`` (2 CPU on n3, started at 10) and
     ``web`` (4 CPU on n1, started at 50). The preemptor is a gang of two 4-CPU pods at
     priority 100. All three units are candidates; importance is train (a PodGroup), then log
-    (older), then web. With all removed, first fit puts sim-0 on n1 and sim-1 on n2. Putting
-    train back leaves only n1 with 4 CPU, so one pod fits and train is preempted; putting log
-    back still leaves n1 and n2 free, so log is spared; putting web back fills n1, so web goes.
+    (older), then web. With all removed, first fit puts sim-0 on n1 and sim-1 on n2: that is
+    the selected placement. Putting train back takes 2 CPU of n2, where sim-1 no longer fits,
+    so train is preempted; putting log back touches only n3, so log is spared; putting web back
+    fills n1, where sim-0 no longer fits, so web goes.
 
     >>> cpu = lambda n: {"cpu": n}
     >>> nodes = [Node("n1", cpu(4)), Node("n2", cpu(4)), Node("n3", cpu(4))]

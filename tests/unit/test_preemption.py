@@ -82,11 +82,28 @@ def test_single_mode_group_gives_up_only_the_pods_needed() -> None:
         Pod("g-0", node="n1", group="g", start_time=1, requests=cpu(4)),
         Pod("g-1", node="n2", group="g", start_time=2, requests=cpu(4)),
     ]
-    result = preempt(four_cpu_nodes(2), running, needs(4), groups=[group])
+    result = preempt(
+        four_cpu_nodes(2), running, needs(4), groups=[group], reprieval=Reprieval.RESCHEDULE
+    )
     # g-0 started first, so it is more important and is put back first; g-1 makes room.
     assert result.victim_pods == ("default/g-1",)
     assert result.victims[0].kind is UnitKind.POD_GROUP
     assert dict(result.placement) == {"default/new": "n2"}
+
+
+def test_by_default_victims_are_reprieved_over_the_selected_placement() -> None:
+    """The specification's reprieval: with every candidate removed the preemptor is placed once
+    (first fit: n1), and a unit is spared only if each preemptor pod still passes on its
+    proposed node. g-0 sits on n1, so it goes although it is the more important of the two;
+    the re-running variant (above) moves the preemptor to n2 instead."""
+    group = Group("g", priority=1, min_count=2, disruption_mode=SINGLE)
+    running = [
+        Pod("g-0", node="n1", group="g", start_time=1, requests=cpu(4)),
+        Pod("g-1", node="n2", group="g", start_time=2, requests=cpu(4)),
+    ]
+    result = preempt(four_cpu_nodes(2), running, needs(4), groups=[group])
+    assert result.victim_pods == ("default/g-0",)
+    assert dict(result.placement) == {"default/new": "n1"}
 
 
 def podgroup_from_wire(disruption_mode: object) -> Group:
@@ -120,7 +137,13 @@ def test_disruption_mode_in_either_api_shape_decides_the_unit(
         Pod("g-0", node="n1", group="g", start_time=1, requests=cpu(4)),
         Pod("g-1", node="n2", group="g", start_time=2, requests=cpu(4)),
     ]
-    result = preempt(four_cpu_nodes(2), running, needs(4), groups=[podgroup_from_wire(wire)])
+    result = preempt(
+        four_cpu_nodes(2),
+        running,
+        needs(4),
+        groups=[podgroup_from_wire(wire)],
+        reprieval=Reprieval.RESCHEDULE,
+    )
     assert result.victim_pods == victims
 
 
@@ -294,7 +317,9 @@ def test_the_less_important_unit_is_the_one_preempted(
 ) -> None:
     pair = (spared, preempted) if spared_first else (preempted, spared)
     pods, groups = cluster_of_two(*pair)
-    result = preempt(four_cpu_nodes(2), pods, needs(4), groups=groups)
+    result = preempt(
+        four_cpu_nodes(2), pods, needs(4), groups=groups, reprieval=Reprieval.RESCHEDULE
+    )
     assert victim_names(result) == [f"default/{preempted['name']}"]
     assert dict(result.placement) == {"default/new": "n2" if spared_first else "n1"}
 
@@ -420,7 +445,7 @@ def two_candidates() -> list[Pod]:
 
 
 def test_without_budgets_the_less_important_unit_goes() -> None:
-    result = preempt(four_cpu_nodes(2), two_candidates(), needs(4))
+    result = preempt(four_cpu_nodes(2), two_candidates(), needs(4), reprieval=Reprieval.RESCHEDULE)
     assert result.victim_pods == ("default/newer",)
     assert result.pdb_violations == 0
 
