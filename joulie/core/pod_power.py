@@ -299,7 +299,7 @@ def marginal_watts(
     factor. GPU (only for a pod with GPUs on a node with GPUs): GPUs x per-GPU maximum x the GPU
     coefficient of the pod's class.
 
-    ``joulie.core.scoring.ScoreTable`` evaluates the same expression over arrays, operation for
+    ``joulie.core.score_table.ScoreTable`` evaluates the same expression over arrays, operation for
     operation, so that both give bit-identical results; change them together.
     """
     if profile is None:

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from joulie.api import keys
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinStatus
-from joulie.core.scoring import ScoreTable, node_terms
+from joulie.core.score_table import ScoreTable
+from joulie.core.scoring import node_terms
 from joulie.core.twin import lease_is_current, measurement_failed
 from joulie.extender.groups import GroupCache
 from joulie.kube.client import KubeClient

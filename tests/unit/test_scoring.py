@@ -16,10 +16,10 @@ from joulie.api.enums import SchedulableClass
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinStatus
 from joulie.core.pod_power import NodePowerProfile, PodDemand
+from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import (
     ClusterTerms,
     NodeTerms,
-    ScoreTable,
     cluster_terms,
     extender_priority,
     filter_reason,
