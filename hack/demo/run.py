@@ -26,6 +26,7 @@ from pydantic import Field
 from hack.cluster.nodes import node_manifests
 from hack.cluster.roles import (
     POOL_AGENT_ACCOUNT,
+    RoleDied,
     RoleProcess,
     extender_settings,
     manager_settings,
@@ -33,7 +34,7 @@ from hack.cluster.roles import (
     simulator_settings,
     sum_samples,
 )
-from hack.cluster.runner import REPO, LocalCluster, free_port
+from hack.cluster.runner import REPO, ClusterError, LocalCluster, free_port
 from hack.demo.view import CLEAR, Frame, Outcome, Placements, frame_text, summary_text
 from hack.demo.workload import DemoPod, workload
 from joulie.api import keys
@@ -283,6 +284,10 @@ def main(settings: DemoSettings, out: TextIO = sys.stdout) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: everything the demo started is stopped", file=out)
         return 130
+    except (ClusterError, RoleDied, TimeoutError) as exc:
+        # Everything started is stopped by now; say what went wrong in one place.
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
     print("\n" + summary_text(outcome), file=out, flush=True)
     if settings.demo_summary:
         Path(settings.demo_summary).write_text(json.dumps(asdict(outcome), indent=2) + "\n")

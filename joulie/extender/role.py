@@ -88,7 +88,7 @@ class ExtenderRole:
         if self.cache is None:
             return self._connector.status() if self._client is None else "starting"
         if not self.cache.synced:
-            return "syncing NodeTwin, NodeHardware and Lease caches"
+            return "syncing the NodeTwin, NodeHardware, Lease, Pod and PodGroup caches"
         return f"{len(self.cache.table)} nodes with twins"
 
     async def run(self, stopping: asyncio.Event) -> None:
