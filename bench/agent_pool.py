@@ -25,6 +25,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.informer import bench_cluster
+from hack.cluster.roles import simulator_telemetry_settings
 from hack.cluster.runner import free_port
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
@@ -111,14 +112,8 @@ def main() -> None:
                 "POOL_SHARDS": "2",
                 "POD_NAME": f"joulie-agent-pool-{shard}",
                 "CONTROL_INTERVAL": f"{args.interval}s",
+                **simulator_telemetry_settings(endpoint),
             }
-            for part in ("CPU", "GPU"):
-                env |= {
-                    f"TELEMETRY_{part}_SOURCE": "http",
-                    f"TELEMETRY_{part}_CONTROL": "http",
-                    f"TELEMETRY_{part}_HTTP_ENDPOINT": f"{endpoint}/telemetry/{{node}}",
-                    f"TELEMETRY_{part}_CONTROL_HTTP_ENDPOINT": f"{endpoint}/control/{{node}}",
-                }
             process = subprocess.Popen([JOULIE, "--role=agent"], env=env)
             processes.append(process)
             agents.append((process, port))

@@ -133,12 +133,18 @@ def pool_agent_settings(
 ) -> dict[str, str]:
     """The agent in pool mode for the simulator's nodes: telemetry and control over HTTP (run it
     with ``account=POOL_AGENT_ACCOUNT``)."""
-    settings = {
+    return {
         "AGENT_MODE": "pool",
         "POOL_NODE_SELECTOR": selector,
         "GOVERNOR_WRITES": "true",
         "CONTROL_INTERVAL": control_interval,
+        **simulator_telemetry_settings(simulator_url),
     }
+
+
+def simulator_telemetry_settings(simulator_url: str) -> dict[str, str]:
+    """The agent's CPU and GPU telemetry and control, both over HTTP to the simulator."""
+    settings: dict[str, str] = {}
     for part in ("CPU", "GPU"):
         settings |= {
             f"TELEMETRY_{part}_SOURCE": "http",

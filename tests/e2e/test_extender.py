@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -423,24 +423,7 @@ def test_a_performance_gang_is_placed_by_workload_aware_preemption_off_eco_nodes
     create(cluster, namespace, fill)
     before = placed(cluster, namespace)
     snapshot = running_pods(cluster, namespace, set(before))
-    with cluster.api() as api:
-        api.post(
-            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
-            json={
-                "apiVersion": "scheduling.k8s.io/v1beta1",
-                "kind": "PodGroup",
-                "metadata": {"name": "train"},
-                "spec": {
-                    "schedulingPolicy": {"gang": {"minCount": 4}},
-                    "priorityClassName": high,
-                },
-            },
-        ).raise_for_status()
-    gang = [pod(f"train-{i}", performance=True, cpu=f"{member}m") for i in range(4)]
-    for manifest in gang:
-        manifest["spec"]["priorityClassName"] = high
-        manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-    create(cluster, namespace, gang)
+    submit_gang(cluster, namespace, high, member)
     where = all_bound(cluster, namespace, 4, "train-")
     assert set(where.values()) <= perf, where
     gone = {name: node for name, node in before.items() if name not in placed(cluster, namespace)}
@@ -507,58 +490,14 @@ def test_core_preemption_predicts_kube_schedulers_victims(
     create(cluster, namespace, fill)
     before = placed(cluster, namespace)
     snapshot = running_pods(cluster, namespace, set(before))
-    with cluster.api() as api:
-        api.post(
-            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
-            json={
-                "apiVersion": "scheduling.k8s.io/v1beta1",
-                "kind": "PodGroup",
-                "metadata": {"name": "train"},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}, "priorityClassName": high},
-            },
-        ).raise_for_status()
-    gang = [pod(f"train-{i}", performance=True, cpu=f"{member}m") for i in range(4)]
-    for manifest in gang:
-        manifest["spec"]["priorityClassName"] = high
-        manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-    create(cluster, namespace, gang)
+    submit_gang(cluster, namespace, high, member)
     where = all_bound(cluster, namespace, 4, "train-")
     assert set(where.values()) == {target}, where
     gone = sorted(name for name in before if name not in placed(cluster, namespace))
 
     rank = {f"rung-{i}": v for i, v in enumerate(sorted(ladder.values()))}
-    nodes_in = [core.Node(n, {"cpu": float(m)}) for n, m in sorted(millis.items())]
-    pods_in = [
-        core.Pod(
-            name,
-            namespace,
-            node=node,
-            priority=rank.get(name, 1000),
-            start_time=start,
-            requests={"cpu": float(cpu)},
-        )
-        for name, (node, cpu, start) in sorted(snapshot.items())
-    ]
-    members = tuple(
-        core.Pod(f"train-{i}", namespace, priority=1000, requests={"cpu": float(member)})
-        for i in range(4)
-    )
-
-    def joulie_placement(snap: core.Snapshot, who: core.Preemptor) -> core.Placement | None:
-        return core.first_fit(
-            core.Snapshot(
-                tuple(n for n in snap.nodes if n.name in perf),
-                tuple(p for p in snap.pods if p.node in perf),
-            ),
-            who,
-        )
-
-    predicted = core.preempt(
-        nodes_in,
-        pods_in,
-        core.Preemptor("train", members, priority=1000, min_count=4),
-        schedule_group=joulie_placement,
-        reprieval=core.Reprieval.FIXED_PLACEMENT,
+    predicted = predict_victims(
+        millis, perf, snapshot, member, namespace, priority=lambda name: rank.get(name, 1000)
     )
     chosen = sorted(v.removeprefix(f"{namespace}/") for v in predicted.victim_pods)
     assert gone == ["rung-0", "rung-1", "rung-2"], gone
@@ -589,20 +528,45 @@ def running_pods(
     return snapshot
 
 
+def submit_gang(cluster: LocalCluster, namespace: str, priority_class: str, member: int) -> None:
+    """A PodGroup ``train`` (gang of four) and its four performance pods of ``member`` mCPU."""
+    with cluster.api() as api:
+        api.post(
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
+            json={
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {"name": "train"},
+                "spec": {
+                    "schedulingPolicy": {"gang": {"minCount": 4}},
+                    "priorityClassName": priority_class,
+                },
+            },
+        ).raise_for_status()
+    gang = [pod(f"train-{i}", performance=True, cpu=f"{member}m") for i in range(4)]
+    for manifest in gang:
+        manifest["spec"]["priorityClassName"] = priority_class
+        manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    create(cluster, namespace, gang)
+
+
 def predict_victims(
     millis: dict[str, int],
     perf: set[str],
     snapshot: dict[str, tuple[str, int, float]],
     member: int,
     namespace: str,
+    priority: Callable[[str], int] = lambda _: 10,
 ) -> core.PreemptionResult:
+    """core.preemption on the snapshot for the gang of :func:`submit_gang` (priority 1000),
+    with Joulie's placement rule: performance pods on performance nodes only, first fit there."""
     nodes = [core.Node(n, {"cpu": float(m)}) for n, m in sorted(millis.items())]
     pods = [
         core.Pod(
             name,
             namespace,
             node=node,
-            priority=10,
+            priority=priority(name),
             start_time=start,
             requests={"cpu": float(cpu)},
         )
