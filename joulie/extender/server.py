@@ -46,7 +46,7 @@ from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.core.preemption_candidates import Candidate
-from joulie.extender import wire
+from joulie.extender import wire, wire_preempt
 from joulie.extender.metrics import Outcome, Verb, record
 from joulie.extender.settings import ExtenderSettings
 from joulie.settings import format_duration, split_address
@@ -370,21 +370,23 @@ def extender_app(
             return preempt_answer(body, started)
 
     def preempt_answer(raw: bytes, started: float) -> _Answer:
-        pod, candidates = read(lambda: wire.parse_preemption_args(raw), Verb.PREEMPT)
+        pod, candidates = read(lambda: wire_preempt.parse_preemption_args(raw), Verb.PREEMPT)
         count = len(candidates)
         # Without a decision, kube-scheduler's own choice stands: the candidates as sent.
         if overdue(Verb.PREEMPT, count, started):
-            return _Answer(200, wire.preemption_response(candidates), Outcome.TIMEOUT, count)
+            return _Answer(
+                200, wire_preempt.preemption_response(candidates), Outcome.TIMEOUT, count
+            )
         try:
             kept = list(placement.preempt(pod, candidates))
             # The very objects it was sent (so none altered), each at most once.
             sent = {id(c) for c in candidates}
             if not all(id(c) in sent for c in kept) or len({id(c) for c in kept}) != len(kept):
                 raise ValueError("preempt returned a candidate it was not sent")
-            body = wire.preemption_response(kept)
+            body = wire_preempt.preemption_response(kept)
         except Exception as exc:
             failures.internal(Verb.PREEMPT.value, exc, nodes=count)
-            body = wire.preemption_response(candidates)
+            body = wire_preempt.preemption_response(candidates)
             return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
         return _Answer(200, body, decided(Verb.PREEMPT, started, count), count)
 

@@ -30,22 +30,26 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
-from joulie.core.preemption_candidates import Candidate
+from joulie.extender.go_json import (
+    ABSENT,
+    as_object,
+    decode,
+    dump,
+    dump_fast,
+    dump_text,
+    go_field,
+    quick_decode,
+    type_name,
+)
+from joulie.extender.go_json import (
+    WireError as WireError,  # re-exported: callers catch wire.WireError
+)
 
 MIN_SCORE: Final = 0
 MAX_SCORE: Final = 10
 """kube-scheduler's MinExtenderPriority and MaxExtenderPriority: it multiplies an extender score
 by the extender's weight and by 10 (MaxNodeScore / MaxExtenderPriority) and does not clamp it."""
-
-
-class WireError(ValueError):
-    """A request body kube-scheduler could not have sent: the reason names where it went wrong."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class NodeForm(Enum):
@@ -132,68 +136,6 @@ class NameLists:
 
 # --- reading -----------------------------------------------------------------------------------
 
-_ABSENT: Final = object()
-
-
-def _field(obj: Mapping[str, Any], name: str) -> Any:
-    """The value of a Go field, matched as encoding/json does: any key equal to ``name`` without
-    regard to case, the last such key winning. ``_ABSENT`` when there is none."""
-    folded = name.casefold()
-    found: Any = _ABSENT
-    for key, value in obj.items():
-        if key.casefold() == folded:
-            found = value
-    return found
-
-
-def _no_constants(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
-
-
-def _quick_json(body: bytes) -> Any:
-    """The decoded body, or ``_ABSENT`` when orjson refuses it (see :func:`_json`)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _ABSENT
-
-
-def _json(body: bytes) -> Any:
-    decoded = _quick_json(body)
-    if decoded is not _ABSENT:
-        return decoded
-    # orjson refuses what Go refuses (NaN, bad UTF-8, nesting past 1,024) but also a few things
-    # Go reads, such as a lone surrogate escape; the standard library reads those, and its
-    # messages say where the rest go wrong.
-    try:
-        # NaN and Infinity are Python extensions, not JSON: Go would refuse them too.
-        return json.loads(body, parse_constant=_no_constants)
-    except RecursionError:
-        raise WireError("body is not usable JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
-        raise WireError(f"body is not JSON: {exc}") from None
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise WireError(f"{where} is {_type_name(value)}, not an object")
-    return value
-
-
 _NAMES_MEMBER: Final = b',"NodeNames":['
 
 
@@ -219,12 +161,12 @@ def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
     if parts is None:
         return None
     head, array = parts
-    top = _quick_json(head)
+    top = quick_decode(head)
     if not isinstance(top, dict):
         return None
     listed = lists.find(array)
     if listed is None:
-        value = _quick_json(array)
+        value = quick_decode(array)
         if not isinstance(value, list):
             return None
         try:
@@ -245,18 +187,18 @@ def parse_args(body: bytes, lists: NameLists | None = None) -> ExtenderArgs:
     if quick is not None:
         top, listed = quick
         return _args(top, listed)
-    return _args(_object(_json(body), "the body"), None)
+    return _args(as_object(decode(body), "the body"), None)
 
 
 def _args(top: Mapping[str, Any], listed: NameList | None) -> ExtenderArgs:
-    pod = _field(top, "Pod")
-    if pod is _ABSENT or pod is None:
+    pod = go_field(top, "Pod")
+    if pod is ABSENT or pod is None:
         raise WireError("no Pod in the body")
-    pod = _object(pod, "Pod")
-    names: Any = listed if listed is not None else _field(top, "NodeNames")
-    items = _field(top, "Nodes")
-    has_names = names is not _ABSENT and names is not None
-    has_items = items is not _ABSENT and items is not None
+    pod = as_object(pod, "Pod")
+    names: Any = listed if listed is not None else go_field(top, "NodeNames")
+    items = go_field(top, "Nodes")
+    has_names = names is not ABSENT and names is not None
+    has_items = items is not ABSENT and items is not None
     if has_names and has_items:
         raise WireError(
             "both NodeNames and Nodes are set; kube-scheduler sends one "
@@ -274,13 +216,13 @@ def _args(top: Mapping[str, Any], listed: NameList | None) -> ExtenderArgs:
 
 def parse_pod(body: bytes) -> Mapping[str, Any]:
     """A bare v1.Pod body (as ``kubectl get pod -o json`` prints it); WireError if malformed."""
-    return _object(_json(body), "the body")
+    return as_object(decode(body), "the body")
 
 
 def _names(value: Any) -> tuple[str, ...]:
     """The names of a NodeNames array, checked: strings, none empty, none twice."""
     if not isinstance(value, list):
-        raise WireError(f"NodeNames is {_type_name(value)}, not an array")
+        raise WireError(f"NodeNames is {type_name(value)}, not an array")
     # The common case checked in C (thousands of names per call); the loop below finds and
     # names the first problem otherwise.
     if set(map(type, value)) <= {str}:
@@ -289,7 +231,7 @@ def _names(value: Any) -> tuple[str, ...]:
             return tuple(value)
     for i, name in enumerate(value):
         if not isinstance(name, str):
-            raise WireError(f"NodeNames[{i}] is {_type_name(name)}, not a string")
+            raise WireError(f"NodeNames[{i}] is {type_name(name)}, not a string")
         if not name:
             raise WireError(f"NodeNames[{i}] is empty")
     _no_repeats(value, "NodeNames")
@@ -308,14 +250,14 @@ def _no_repeats(names: Sequence[str], where: str) -> set[str]:
 
 
 def _nodes(value: Any) -> tuple[WireNode, ...]:
-    node_list = _object(value, "Nodes")
-    items = _field(node_list, "items")
-    if items is _ABSENT or items is None:
+    node_list = as_object(value, "Nodes")
+    items = go_field(node_list, "items")
+    if items is ABSENT or items is None:
         # Go marshals an empty Items slice as null; kube-scheduler never sends an empty list, but
         # an empty one is still a list.
         return ()
     if not isinstance(items, list):
-        raise WireError(f"Nodes.items is {_type_name(items)}, not an array")
+        raise WireError(f"Nodes.items is {type_name(items)}, not an array")
     nodes = tuple(_node(item, i) for i, item in enumerate(items))
     _no_repeats([n.name for n in nodes], "Nodes.items")
     return nodes
@@ -323,95 +265,25 @@ def _nodes(value: Any) -> tuple[WireNode, ...]:
 
 def _node(item: Any, i: int) -> WireNode:
     where = f"Nodes.items[{i}]"
-    raw = _object(item, where)
-    meta = _field(raw, "metadata")
-    if meta is _ABSENT or meta is None:
+    raw = as_object(item, where)
+    meta = go_field(raw, "metadata")
+    if meta is ABSENT or meta is None:
         raise WireError(f"{where} has no metadata")
-    meta = _object(meta, f"{where}.metadata")
-    name = _field(meta, "name")
+    meta = as_object(meta, f"{where}.metadata")
+    name = go_field(meta, "name")
     if not isinstance(name, str) or not name:
-        found = "missing" if name is _ABSENT else _type_name(name)
+        found = "missing" if name is ABSENT else type_name(name)
         if isinstance(name, str):
             found = "empty"
         raise WireError(f"{where}.metadata.name is {found}; a node name is a non-empty string")
-    labels = _field(meta, "labels")
-    if labels is _ABSENT or labels is None:
+    labels = go_field(meta, "labels")
+    if labels is ABSENT or labels is None:
         labels = {}
-    labels = _object(labels, f"{where}.metadata.labels")
+    labels = as_object(labels, f"{where}.metadata.labels")
     for key, value in labels.items():
         if not isinstance(value, str):
-            raise WireError(
-                f"{where}.metadata.labels[{key!r}] is {_type_name(value)}, not a string"
-            )
+            raise WireError(f"{where}.metadata.labels[{key!r}] is {type_name(value)}, not a string")
     return WireNode(name, labels, raw)
-
-
-# --- preemption --------------------------------------------------------------------------------
-#
-# ExtenderPreemptionArgs carries, per candidate node, the pods kube-scheduler would evict there:
-# as UIDs ("NodeNameToMetaVictims", nodeCacheCapable) or as whole Pods ("NodeNameToVictims").
-# The answer, ExtenderPreemptionResult, always names them by UID; kube-scheduler maps each UID
-# back to a pod on that same node, so an answer must only keep or drop what it was sent.
-
-
-def parse_preemption_args(body: bytes) -> tuple[Mapping[str, Any], tuple[Candidate, ...]]:
-    """The preemptor pod and the candidates of an ExtenderPreemptionArgs body, in the order sent;
-    WireError if malformed."""
-    top = _object(_json(body), "the body")
-    pod = _field(top, "Pod")
-    if pod is _ABSENT or pod is None:
-        raise WireError("no Pod in the body")
-    pod = _object(pod, "Pod")
-    meta = _field(top, "NodeNameToMetaVictims")
-    full = _field(top, "NodeNameToVictims")
-    has_meta = meta is not _ABSENT and meta is not None
-    has_full = full is not _ABSENT and full is not None
-    if has_meta and has_full:
-        raise WireError("both NodeNameToMetaVictims and NodeNameToVictims are set")
-    if not (has_meta or has_full):
-        return pod, ()
-    field = "NodeNameToMetaVictims" if has_meta else "NodeNameToVictims"
-    per_node = _object(meta if has_meta else full, field)
-    return pod, tuple(
-        _candidate(node, victims, field, whole_pods=has_full) for node, victims in per_node.items()
-    )
-
-
-def _candidate(node: str, value: Any, field: str, *, whole_pods: bool) -> Candidate:
-    # Where-strings are made only for an error: a call carries thousands of victims.
-    if not node:
-        raise WireError(f"{field}: a candidate node name is empty")
-    victims = value if isinstance(value, dict) else _object(value, f"{field}[{node!r}]")
-    pods = _field(victims, "Pods")
-    if pods is _ABSENT or pods is None:
-        pods = []
-    if not isinstance(pods, list):
-        raise WireError(f"{field}[{node!r}].Pods is {_type_name(pods)}, not an array")
-    uids = tuple(_victim_uid(pod, whole_pods) for pod in pods)
-    if "" in uids:
-        i = uids.index("")
-        raise WireError(f"{field}[{node!r}].Pods[{i}] has no UID")
-    violations = _field(victims, "NumPDBViolations")
-    if violations is _ABSENT or violations is None:
-        violations = 0
-    if isinstance(violations, bool) or not isinstance(violations, int) or violations < 0:
-        raise WireError(f"{field}[{node!r}].NumPDBViolations is {violations!r}, not a count")
-    return Candidate(node, uids, violations)
-
-
-def _victim_uid(item: Any, whole_pod: bool) -> str:
-    """The victim's UID; empty when there is none to read (the caller says where)."""
-    if not isinstance(item, dict):
-        return ""
-    if whole_pod:
-        meta = _field(item, "metadata")
-        item = meta if isinstance(meta, dict) else {}
-        uid = _field(item, "uid")
-    elif len(item) == 1 and "UID" in item:
-        uid = item["UID"]  # as kube-scheduler writes it: no other key to weigh, as Go would
-    else:
-        uid = _field(item, "UID")
-    return uid if isinstance(uid, str) else ""
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -436,30 +308,10 @@ def _plain(values: Iterable[Any]) -> bool:
     return text.isascii() and not text.encode().translate(None, _PLAIN)
 
 
-def _dump(value: Any) -> bytes:
-    return _dump_text(value).encode()
-
-
-def _dump_nodes(value: Any) -> bytes:
-    """The same values as :func:`_dump`, several times faster for the megabytes of Node objects
-    a Nodes-form answer echoes and the thousands of victims a preemption answer names
-    (non-ASCII text is written as UTF-8)."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, which UTF-8 cannot encode
-        return _dump(value)
-
-
-def _dump_text(value: Any) -> str:
-    # ensure_ascii (the default) also escapes lone surrogates, which a JSON request may carry
-    # and UTF-8 cannot encode.
-    return json.dumps(value, separators=(",", ":"))
-
-
 def _names_text(names: Sequence[str], plain: bool | None = None) -> str:
     if names and (_plain(names) if plain is None else plain):
         return '["' + '","'.join(names) + '"]'
-    return _dump_text(list(names))
+    return dump_text(list(names))
 
 
 def _reasons_text(reasons: Mapping[str, str]) -> str:
@@ -479,7 +331,7 @@ def _reasons_text(reasons: Mapping[str, str]) -> str:
             ends = {r: '":' + json.dumps(r) for r in distinct}
             pairs = map(add, reasons, map(ends.__getitem__, reasons.values()))
             return '{"' + ',"'.join(pairs) + "}"
-    return _dump_text(reasons)
+    return dump_text(reasons)
 
 
 def filter_response(
@@ -523,7 +375,7 @@ def filter_response(
         nodes, names = b"null", kept_json
     else:
         kept_nodes = compress(args.nodes, map(_is_none, reasons))
-        nodes, names = _dump_nodes({"items": [node.raw for node in kept_nodes]}), b"null"
+        nodes, names = dump_fast({"items": [node.raw for node in kept_nodes]}), b"null"
     return b"".join(
         (
             b'{"Nodes":',
@@ -535,7 +387,7 @@ def filter_response(
             b',"FailedAndUnresolvableNodes":',
             _reasons_text(unresolvable or {}).encode(),
             b',"Error":',
-            _dump(error),
+            dump(error),
             b"}",
         )
     )
@@ -596,7 +448,7 @@ def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None
     if plain is None:
         plain = _plain(names)
     if not (names and plain):
-        return _dump([{"Host": n, "Score": s} for n, s in zip(names, values.tolist(), strict=True)])
+        return dump([{"Host": n, "Score": s} for n, s in zip(names, values.tolist(), strict=True)])
     # One list of name, what-follows, name, ...: a single join and a single encode (slicing or
     # concatenating the joined text would copy it again each time).
     pieces: list[str] = [""] * (2 * len(names))
@@ -605,18 +457,3 @@ def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None
     pieces[0] = '[{"Host":"' + pieces[0]
     pieces[-1] = _AFTER_LAST[values[-1]]
     return "".join(pieces).encode()
-
-
-def preemption_response(candidates: Iterable[Candidate]) -> bytes:
-    """An ExtenderPreemptionResult: the candidates kept, their victims by UID."""
-    return _dump_nodes(
-        {
-            "NodeNameToMetaVictims": {
-                c.node: {
-                    "Pods": [{"UID": uid} for uid in c.victims],
-                    "NumPDBViolations": c.pdb_violations,
-                }
-                for c in candidates
-            }
-        }
-    )

@@ -22,11 +22,10 @@ from joulie.extender.wire import (
     filter_response,
     parse_args,
     parse_pod,
-    parse_preemption_args,
     pass_all_response,
-    preemption_response,
     prioritize_response,
 )
+from joulie.extender.wire_preempt import parse_preemption_args, preemption_response
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "extender"
 FILTER_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
