@@ -33,10 +33,9 @@ import gc
 import json
 import ssl
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import structlog
@@ -47,6 +46,7 @@ from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.core.preemption_candidates import Candidate
 from joulie.extender import wire, wire_preempt
+from joulie.extender.failure_log import FailureLog
 from joulie.extender.metrics import Outcome, Verb, record
 from joulie.extender.settings import ExtenderSettings
 from joulie.settings import format_duration, split_address
@@ -57,9 +57,6 @@ _T = TypeVar("_T")
 NEUTRAL_SCORE: Final = wire.MIN_SCORE
 """The score of every node when the extender cannot decide: equal scores leave the ranking to
 kube-scheduler's plugins, as if the extender had not answered."""
-REPEAT_LOG_INTERVAL: Final = 600.0
-"""A failure already logged is logged again (with how often it recurred) at most this often."""
-_MAX_FAILURE_KEYS: Final = 1000
 
 
 class Placement(Protocol):
@@ -110,52 +107,6 @@ def tls_context(settings: ExtenderSettings) -> ssl.SSLContext | None:
             f"EXTENDER_TLS_KEY_FILE={settings.extender_tls_key_file!r} cannot be used: {exc}"
         ) from None
     return context
-
-
-# --- failure reports ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Seen:
-    logged_at: float
-    since: int = 0
-
-
-@dataclass
-class FailureLog:
-    """One log line per distinct failure; a recurrence is only counted, and reported with its
-    count at most every ``REPEAT_LOG_INTERVAL``."""
-
-    clock: Callable[[], float]
-    seen: dict[tuple[str, ...], _Seen] = field(default_factory=dict)
-
-    def report(self, key: tuple[str, ...], event: str, **fields: Any) -> None:
-        now = self.clock()
-        entry = self.seen.get(key)
-        if entry is None:
-            if len(self.seen) >= _MAX_FAILURE_KEYS:
-                return  # still counted in the metrics; the log stays bounded
-            self.seen[key] = _Seen(now)
-            log.warning(event, **fields)
-            return
-        entry.since += 1
-        if now - entry.logged_at >= REPEAT_LOG_INTERVAL:
-            log.warning(event, repeated=entry.since, **fields)
-            entry.logged_at, entry.since = now, 0
-
-    def internal(self, what: str, exc: BaseException, **fields: Any) -> None:
-        """An unexpected exception: distinct by its type and the line that raised it, whatever
-        its message says (messages name pods and nodes)."""
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        self.report(
-            (what, type(exc).__name__, where),
-            "unexpected error; answered without a decision",
-            call=what,
-            error=f"{type(exc).__name__}: {exc}",
-            exc_info=exc,
-            **fields,
-        )
 
 
 # --- answers -----------------------------------------------------------------------------------
