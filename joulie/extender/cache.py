@@ -26,7 +26,7 @@ from joulie.core.twin import lease_is_current, measurement_failed
 from joulie.extender.groups import GroupCache
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer
-from joulie.kube.projections import LeaseView, lease_view
+from joulie.kube.lease_watch import LeaseWatch
 
 log = structlog.get_logger("joulie.extender")
 
@@ -104,14 +104,12 @@ class ExtenderCache:
         self._reported: dict[str, str] = {}
         self.twins: Informer[TwinView] = Informer(client, NODETWINS, twin_view)
         self.hardware: Informer[HardwareView] = Informer(client, NODEHARDWARES, hardware_view)
-        self._lease_key = f"{manager_namespace}/{keys.MANAGER_LEASE}"
-        self.lease: Informer[LeaseView] = Informer(
-            client,
-            f"/apis/coordination.k8s.io/v1/namespaces/{manager_namespace}/leases",
-            lease_view,
-            field_selector=f"metadata.name={keys.MANAGER_LEASE}",
-        )
-        self.informers: list[Informer[Any]] = [self.twins, self.hardware, self.lease]
+        self.manager_lease = LeaseWatch(client, manager_namespace, keys.MANAGER_LEASE)
+        self.informers: list[Informer[Any]] = [
+            self.twins,
+            self.hardware,
+            self.manager_lease.informer,
+        ]
         self.groups = groups
         """Pods and PodGroups, for the preempt verb (None: candidates are screened by node class
         alone)."""
@@ -133,7 +131,7 @@ class ExtenderCache:
 
     def manager_alive(self, now: float) -> bool:
         """The manager's Lease is renewed within its duration (then twins can be trusted)."""
-        lease = self.lease.get(self._lease_key)
+        lease = self.manager_lease.view()
         return lease is not None and lease_is_current(lease.renewed_at, lease.duration_s, now)
 
     def _refresh(self, node: str) -> None:

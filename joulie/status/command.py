@@ -20,14 +20,8 @@ from joulie.api import keys
 from joulie.core.twin import lease_is_current
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Informer
-from joulie.kube.projections import (
-    LeaseView,
-    SlimNode,
-    SlimPod,
-    lease_view,
-    node_projection,
-    pod_projection,
-)
+from joulie.kube.lease_watch import LeaseWatch
+from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
 from joulie.status.report import Report, build, table
 from joulie.status.views import TwinView, twin_view
 
@@ -48,20 +42,19 @@ class StatusCaches:
             pod_projection(annotation_keys=(keys.WORKLOAD_CLASS_ANNOTATION,)),
             field_selector=UNFINISHED,
         )
-        self._lease_key = f"{manager_namespace}/{keys.MANAGER_LEASE}"
-        self.lease: Informer[LeaseView] = Informer(
-            client,
-            f"/apis/coordination.k8s.io/v1/namespaces/{manager_namespace}/leases",
-            lease_view,
-            field_selector=f"metadata.name={keys.MANAGER_LEASE}",
-        )
-        self.informers: list[Informer[Any]] = [self.nodes, self.twins, self.pods, self.lease]
+        self.manager_lease = LeaseWatch(client, manager_namespace, keys.MANAGER_LEASE)
+        self.informers: list[Informer[Any]] = [
+            self.nodes,
+            self.twins,
+            self.pods,
+            self.manager_lease.informer,
+        ]
 
     async def synced(self) -> None:
         await asyncio.gather(*(i.wait_synced() for i in self.informers))
 
     def report(self, now: float) -> Report:
-        lease = self.lease.get(self._lease_key)
+        lease = self.manager_lease.view()
         current = lease is not None and lease_is_current(lease.renewed_at, lease.duration_s, now)
         return build(
             self.nodes.values(),
