@@ -1,0 +1,90 @@
+"""What one standalone simulation run measured: plain frozen values, JSON-ready.
+
+Nothing here depends on the wall clock or the host: the same run spec gives the same result
+bit for bit, so a result file can be compared byte for byte (wall time is reported apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+RESULT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    p50: float = 0.0
+    p95: float = 0.0
+    p99: float = 0.0
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Percentiles:
+        if not values:
+            return cls()
+        p50, p95, p99 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95, 99])
+        return cls(float(p50), float(p95), float(p99))
+
+
+@dataclass(frozen=True, slots=True)
+class ClassResult:
+    """The workloads of one class (``performance`` or ``standard``)."""
+
+    submitted: int
+    completed: int
+    completion_s: Percentiles
+    """Job completion time: finish minus submission (queueing included)."""
+    slowdown: Percentiles
+    """Completion time over the work at full speed (1.0: started at once, ran uncapped)."""
+    stretch: Percentiles
+    """Run time over the work at full speed: what caps and presets cost while running."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one moment of the run (one row of the CSV time series)."""
+
+    t_s: float
+    it_w: float
+    facility_w: float
+    pue: float
+    running: int
+    """Workloads running."""
+    pending: int
+    """Workloads submitted and waiting."""
+    performance_nodes: int
+    eco_nodes: int
+    draining_nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    scenario: str
+    baseline: str
+    seed: int
+    nodes: int
+    workloads: int
+    simulated_s: float
+    """Virtual seconds from the start to the last completion (or to the time limit)."""
+    it_energy_kwh: float
+    facility_energy_kwh: float
+    makespan_s: float | None
+    """First submission to last completion; None when some workload never finished."""
+    completed: int
+    unfinished: int
+    throughput_per_h: float
+    """Completed workloads per simulated hour."""
+    preemptions: int
+    """Workloads preempted (each restarts from the beginning)."""
+    preempted_pods: int
+    classes: Mapping[str, ClassResult]
+    profile_shares: Mapping[str, Mapping[str, float]]
+    """Hardware family -> share of its node-time spent as performance, eco and draining."""
+    series: Sequence[Sample] = field(default_factory=tuple)
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
