@@ -23,9 +23,9 @@ from typing import Any
 import structlog
 
 from joulie.agent.cache import NODETWINS, AgentCache
-from joulie.agent.http_backend import HttpBackend, control_request
+from joulie.agent.http_backend import HttpBackend
 from joulie.agent.publisher import publish_hardware
-from joulie.agent.reports import control_status, simulated_hardware
+from joulie.agent.reports import control_status
 from joulie.agent.sharding import shard_of
 from joulie.api import keys
 from joulie.api.enums import ControlResult
@@ -37,7 +37,9 @@ from joulie.api.telemetry import (
     HardwareSummary,
     TelemetryReport,
 )
+from joulie.core.enforcement import control_request
 from joulie.hardware.catalog import Catalog
+from joulie.hardware.simulated import simulated_hardware
 from joulie.kube.writes import Writer
 
 log = structlog.get_logger("joulie.agent")

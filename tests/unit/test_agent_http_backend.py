@@ -14,9 +14,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from joulie.agent.http_backend import BackendError, HttpBackend, control_request
+from joulie.agent.http_backend import BackendError, HttpBackend
 from joulie.api.enums import ControlResult, CpuGovernorPreset, Profile
 from joulie.api.nodetwin import CpuGovernorSpec, CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
+from joulie.core.enforcement import control_request
 from joulie.hardware.catalog import Catalog
 from joulie.sim.service import simulator_app
 from joulie.sim.simulation import Simulation

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 from joulie.agent.cache import twin_projection
 from joulie.agent.pool import as_restored, restore_request
-from joulie.agent.reports import control_status, simulated_hardware
+from joulie.agent.reports import control_status
 from joulie.agent.sharding import ordinal, shard_of
 from joulie.api.enums import ControlResult, DiscoveryQuality
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.telemetry import AppliedControls, ControlResponse, HardwareSummary, Outcome
 from joulie.hardware.catalog import Catalog
+from joulie.hardware.simulated import simulated_hardware
 
 CATALOG = Catalog.load()
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
