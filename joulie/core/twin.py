@@ -31,8 +31,10 @@ from typing import Any, Final
 
 from joulie.api.enums import SchedulableClass
 from joulie.api.keys import AGENT_REPORTING_CONDITION
+from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.caps import spec_caps
+from joulie.core.intents import CapRange, IntentConfig, gpu_cap_range, gpu_product_label
 
 __all__ = [
     "DISPLAY_DIGITS",
@@ -56,6 +58,7 @@ __all__ = [
     "psu_stress",
     "retired_status",
     "status_fields",
+    "twin_hardware",
     "twin_is_fresh",
 ]
 
@@ -82,6 +85,41 @@ class TwinHardware:
     """Lowest power limit one GPU board accepts (a cap below it is enforced at it)."""
     cpu_min_watts_per_socket: float | None = None
     """Lowest package cap one socket accepts."""
+
+
+def twin_hardware(
+    *,
+    cpu_max_watts_per_socket: float | None,
+    sockets: int | None,
+    physical_cores: int | None,
+    gpu_count: int,
+    catalog_gpu_range: CapRange | None,
+    hardware: NodeHardwareStatus | None,
+    labels: Mapping[str, str],
+    config: IntentConfig,
+) -> TwinHardware:
+    """A node's twin hardware figures from its recognised hardware (the first five arguments,
+    as :class:`joulie.hardware.recognition.HardwareView` holds them), its NodeHardware status and
+    labels. The GPU range comes from the same source the GPU caps are resolved against
+    (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON), so the budget the twin computes is
+    the one the caps were written against; the CPU minimum is the agent's cap range."""
+    gpu_min: float | None = None
+    gpu_max: float | None = None
+    if gpu_count > 0:
+        product = gpu_product_label(labels, config.gpu_product_label_keys)
+        found = gpu_cap_range(hardware, catalog_gpu_range, product, config.gpu_model_caps)
+        if found is not None:
+            gpu_min, gpu_max = found
+    cpu_range = hardware.cpu.cap_range if hardware is not None and hardware.cpu else None
+    return TwinHardware(
+        cpu_max_watts_per_socket=cpu_max_watts_per_socket,
+        sockets=sockets,
+        physical_cores=physical_cores,
+        gpu_count=gpu_count,
+        gpu_max_watts=gpu_max,
+        gpu_min_watts=gpu_min,
+        cpu_min_watts_per_socket=cpu_range.min_watts_per_socket if cpu_range else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from joulie.api import keys
 from joulie.api.enums import SchedulableClass
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinSpec
-from joulie.core.intents import IntentConfig, gpu_cap_range, gpu_product_label
+from joulie.core.intents import IntentConfig
 from joulie.core.twin import (
     PowerHistory,
     TwinHardware,
@@ -29,6 +29,7 @@ from joulie.core.twin import (
     looks_like_energy,
     status_fields,
 )
+from joulie.core.twin import twin_hardware as core_twin_hardware
 from joulie.hardware.recognition import HardwareView
 from joulie.manager.facility import FacilityReading
 from joulie.manager.power import NodePower
@@ -44,25 +45,17 @@ def twin_hardware(
     labels: Mapping[str, str],
     config: IntentConfig,
 ) -> TwinHardware:
-    """The twin's hardware figures; the GPU range comes from the same source the GPU caps are
-    resolved against (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON), the CPU minimum
-    from the agent's cap range."""
-    gpu_min: float | None = None
-    gpu_max: float | None = None
-    if view.gpu_count > 0:
-        product = gpu_product_label(labels, config.gpu_product_label_keys)
-        found = gpu_cap_range(hardware, view.catalog_gpu_range, product, config.gpu_model_caps)
-        if found is not None:
-            gpu_min, gpu_max = found
-    cpu_range = hardware.cpu.cap_range if hardware is not None and hardware.cpu else None
-    return TwinHardware(
+    """The twin's hardware figures of a node from its hardware view (see
+    :func:`joulie.core.twin.twin_hardware`)."""
+    return core_twin_hardware(
         cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
         sockets=view.sockets,
         physical_cores=view.physical_cores,
         gpu_count=view.gpu_count,
-        gpu_max_watts=gpu_max,
-        gpu_min_watts=gpu_min,
-        cpu_min_watts_per_socket=cpu_range.min_watts_per_socket if cpu_range else None,
+        catalog_gpu_range=view.catalog_gpu_range,
+        hardware=hardware,
+        labels=labels,
+        config=config,
     )
 
 

@@ -283,70 +283,79 @@ class Simulation:
     def control(self, name: str, request: ControlRequest, t: float) -> ControlResponse:
         sim = self.get(name)
         self._advance(sim, t)
-        controls = sim.controls
-        response = ControlResponse(node=name, controls=applied(controls))
-        cpu_max = sim.spec.cpu.max_w * sim.spec.cpu.sockets
-        cpu_min = sim.spec.cpu.min_cap_w * sim.spec.cpu.sockets
-        if request.cpu is not None:
-            c = request.cpu
-            watts = c.cap_watts
-            if watts is None and c.cap_pct_of_max is not None:
-                watts = cpu_max * c.cap_pct_of_max / 100
-            if c.clear_cap:
-                controls = replace(controls, cpu_cap_w=None)
-                response.cpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
-            elif watts is not None:
-                capped = min(max(watts, cpu_min), cpu_max)
-                controls = replace(controls, cpu_cap_w=capped)
-                response.cpu_cap = Outcome(
-                    result=ControlResult.APPLIED,
-                    message=_clamp_note(watts, capped, "CPU package cap"),
-                )
-            if c.clear_preset:
-                controls = replace(controls, cpu_preset=None)
-                response.cpu_governor = Outcome(result=ControlResult.RESTORED)
-            elif c.preset is not None:
-                controls = replace(controls, cpu_preset=c.preset.value)
-                response.cpu_governor = Outcome(
-                    result=ControlResult.APPLIED, message=f"preset {c.preset.value}"
-                )
-        if request.gpu is not None:
-            gpu = sim.spec.gpu
-            g = request.gpu
-            if gpu is None:
-                note = "this node has no GPU"
-                if g.clear_cap or g.cap_watts_per_gpu is not None or g.cap_pct_of_max is not None:
-                    response.gpu_cap = Outcome(result=ControlResult.UNSUPPORTED, message=note)
-                if g.clear_preset or g.preset is not None:
-                    response.gpu_governor = Outcome(result=ControlResult.UNSUPPORTED, message=note)
-            else:
-                watts = g.cap_watts_per_gpu
-                if watts is None and g.cap_pct_of_max is not None:
-                    watts = gpu.max_w * g.cap_pct_of_max / 100
-                if g.clear_cap:
-                    controls = replace(controls, gpu_cap_w=None)
-                    response.gpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
-                elif watts is not None:
-                    capped = min(max(watts, gpu.min_cap_w), gpu.max_w)
-                    controls = replace(controls, gpu_cap_w=capped)
-                    response.gpu_cap = Outcome(
-                        result=ControlResult.APPLIED, message=_clamp_note(watts, capped, "GPU cap")
-                    )
-                if g.clear_preset:
-                    controls = replace(controls, gpu_preset=None, gpu_clock_ceiling_pct=None)
-                    response.gpu_governor = Outcome(result=ControlResult.RESTORED)
-                elif g.preset is not None:
-                    controls = replace(
-                        controls,
-                        gpu_preset=g.preset.value,
-                        gpu_clock_ceiling_pct=g.clock_ceiling_pct_of_max,
-                    )
-                    response.gpu_governor = Outcome(
-                        result=ControlResult.APPLIED, message=f"preset {g.preset.value}"
-                    )
-        sim.controls = controls
-        response.controls = applied(controls)
+        sim.controls, response = apply_control(name, sim.spec, sim.controls, request)
         return response
+
+
+def apply_control(
+    name: str, spec: NodePowerSpec, controls: Controls, request: ControlRequest
+) -> tuple[Controls, ControlResponse]:
+    """The controls of a node after ``request``, and the answer to it: caps clamped into the
+    device range as the hardware would, presets set or cleared, GPU requests on a node without
+    GPUs answered unsupported. The KWOK service and the standalone engine both apply control
+    through here."""
+    response = ControlResponse(node=name, controls=applied(controls))
+    cpu_max = spec.cpu.max_w * spec.cpu.sockets
+    cpu_min = spec.cpu.min_cap_w * spec.cpu.sockets
+    if request.cpu is not None:
+        c = request.cpu
+        watts = c.cap_watts
+        if watts is None and c.cap_pct_of_max is not None:
+            watts = cpu_max * c.cap_pct_of_max / 100
+        if c.clear_cap:
+            controls = replace(controls, cpu_cap_w=None)
+            response.cpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+        elif watts is not None:
+            capped = min(max(watts, cpu_min), cpu_max)
+            controls = replace(controls, cpu_cap_w=capped)
+            response.cpu_cap = Outcome(
+                result=ControlResult.APPLIED,
+                message=_clamp_note(watts, capped, "CPU package cap"),
+            )
+        if c.clear_preset:
+            controls = replace(controls, cpu_preset=None)
+            response.cpu_governor = Outcome(result=ControlResult.RESTORED)
+        elif c.preset is not None:
+            controls = replace(controls, cpu_preset=c.preset.value)
+            response.cpu_governor = Outcome(
+                result=ControlResult.APPLIED, message=f"preset {c.preset.value}"
+            )
+    if request.gpu is not None:
+        gpu = spec.gpu
+        g = request.gpu
+        if gpu is None:
+            note = "this node has no GPU"
+            if g.clear_cap or g.cap_watts_per_gpu is not None or g.cap_pct_of_max is not None:
+                response.gpu_cap = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+            if g.clear_preset or g.preset is not None:
+                response.gpu_governor = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+        else:
+            watts = g.cap_watts_per_gpu
+            if watts is None and g.cap_pct_of_max is not None:
+                watts = gpu.max_w * g.cap_pct_of_max / 100
+            if g.clear_cap:
+                controls = replace(controls, gpu_cap_w=None)
+                response.gpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+            elif watts is not None:
+                capped = min(max(watts, gpu.min_cap_w), gpu.max_w)
+                controls = replace(controls, gpu_cap_w=capped)
+                response.gpu_cap = Outcome(
+                    result=ControlResult.APPLIED, message=_clamp_note(watts, capped, "GPU cap")
+                )
+            if g.clear_preset:
+                controls = replace(controls, gpu_preset=None, gpu_clock_ceiling_pct=None)
+                response.gpu_governor = Outcome(result=ControlResult.RESTORED)
+            elif g.preset is not None:
+                controls = replace(
+                    controls,
+                    gpu_preset=g.preset.value,
+                    gpu_clock_ceiling_pct=g.clock_ceiling_pct_of_max,
+                )
+                response.gpu_governor = Outcome(
+                    result=ControlResult.APPLIED, message=f"preset {g.preset.value}"
+                )
+    response.controls = applied(controls)
+    return controls, response
 
 
 def applied(controls: Controls) -> AppliedControls:
