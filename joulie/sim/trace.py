@@ -1,16 +1,46 @@
 """The standalone simulator's workload: what is submitted, when, and how much work it is.
 
-(Interface fixed here; the reading, writing and upstream mapping are filled in with the
-generator.)
+A trace is a JSONL file of workload records (format in ``docs/simulator-trace.md``). Upstream
+Joulie's job traces load too: their ``type: "job"`` records are mapped onto workloads by the
+rules in the second half of this module, so an upstream experiment can be replayed as it was.
+Every error names the file, the line and the field, so a hand-edited trace is fixed in one pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from pathlib import Path
+from typing import IO, Any, Literal
 
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from joulie.api.gpu import gpu_resource_kind
+from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.workload import DisruptionMode
 
 TRACE_SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (TRACE_SCHEMA_VERSION,)
+
+# Sensitivities and shares are checked with this slack so that 0.7 + 0.3 passes.
+_EPSILON = 1e-9
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message names the file, the line and the field."""
+
+
+class InvalidWorkload(ValueError):
+    """A Workload whose values break a rule; ``field`` is the dataclass field at fault."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +80,466 @@ class Workload:
     kind: str = ""
     """What sort of job this is (the generator's type, e.g. ``gpu-training``), for reports."""
 
+    def __post_init__(self) -> None:
+        # The engine trusts these rules; checking at construction means no code path (trace,
+        # generator, a test's hand-built list) can hand it a workload that breaks them.
+        if not isinstance(self.disruption, DisruptionMode):
+            try:
+                object.__setattr__(self, "disruption", DisruptionMode(self.disruption))
+            except ValueError:
+                raise InvalidWorkload(
+                    "disruption", f"{self.disruption!r} is not one of 'single', 'all'"
+                ) from None
+        problem = workload_problem(self)
+        if problem is not None:
+            raise InvalidWorkload(*problem)
+
     @property
     def gang(self) -> bool:
         return self.pods > 1
+
+
+def workload_problem(w: Workload) -> tuple[str, str] | None:
+    """The first rule ``w`` breaks, as (field, reason), or None when it is valid."""
+    if not w.id:
+        return "id", "must not be empty"
+    if not (math.isfinite(w.submit_s) and w.submit_s >= 0):
+        return "submit_s", f"must be a finite number >= 0, got {w.submit_s!r}"
+    if not (math.isfinite(w.work_s) and w.work_s > 0):
+        return "work_s", f"must be a finite number > 0, got {w.work_s!r}"
+    if w.pods < 1:
+        return "pods", f"must be >= 1, got {w.pods}"
+    if not 1 <= w.min_count <= w.pods:
+        return "min_count", f"must be between 1 and pods ({w.pods}), got {w.min_count}"
+    for name in ("cpu_millis", "memory_bytes", "gpus"):
+        if getattr(w, name) < 0:
+            return name, f"must be >= 0, got {getattr(w, name)}"
+    if w.gpu_resource is not None and gpu_resource_kind(w.gpu_resource) is None:
+        return "gpu_resource", f"{w.gpu_resource!r} is not a GPU resource name"
+    if w.gpus > 0 and w.gpu_resource is None:
+        return "gpu_resource", f"required when gpus > 0 (gpus is {w.gpus})"
+    return _share_problem(w)
+
+
+def _share_problem(w: Workload) -> tuple[str, str] | None:
+    for name in ("cpu_sensitivity", "gpu_sensitivity", "cpu_util", "gpu_util"):
+        value = getattr(w, name)
+        if not 0.0 <= value <= 1.0:
+            return name, f"must be between 0 and 1, got {value!r}"
+    if w.cpu_sensitivity + w.gpu_sensitivity > 1.0 + _EPSILON:
+        return "gpu_sensitivity", (
+            f"cpu_sensitivity + gpu_sensitivity must be <= 1, got "
+            f"{w.cpu_sensitivity!r} + {w.gpu_sensitivity!r}"
+        )
+    return None
+
+
+# --- our own records -------------------------------------------------------------------------
+
+
+class _WorkloadRecord(BaseModel):
+    """One ``type: "workload"`` line: the Workload fields under their camelCase names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["workload"]
+    schemaVersion: int
+    id: str = Field(min_length=1)
+    submitS: float
+    workS: float
+    pods: int = 1
+    minCount: int = 1
+    performance: bool = False
+    priority: int = 0
+    disruption: Literal["single", "all"] = "single"
+    cpuMillis: int = 1000
+    memoryBytes: int = 1 << 30
+    gpus: int = 0
+    gpuResource: str | None = None
+    cpuSensitivity: float = 1.0
+    gpuSensitivity: float = 0.0
+    cpuUtil: float = 1.0
+    gpuUtil: float = 1.0
+    kind: str = ""
+
+
+_FIELD_ORDER = [f.name for f in fields(Workload)]
+_CAMEL = {name: to_camel(name) for name in _FIELD_ORDER}
+
+
+def camel(field: str) -> str:
+    """The trace's name of a Workload field (``submit_s`` -> ``submitS``)."""
+    return _CAMEL.get(field, field)
+
+
+def _record_to_workload(record: _WorkloadRecord) -> Workload:
+    values = {name: getattr(record, _CAMEL[name]) for name in _FIELD_ORDER}
+    values["disruption"] = DisruptionMode(values["disruption"])
+    return Workload(**values)
+
+
+def workload_record(w: Workload) -> dict[str, Any]:
+    """The JSON object a workload is written as: every field, in the dataclass's order."""
+    record: dict[str, Any] = {"type": "workload", "schemaVersion": TRACE_SCHEMA_VERSION}
+    for name in _FIELD_ORDER:
+        value = getattr(w, name)
+        record[_CAMEL[name]] = value.value if isinstance(value, DisruptionMode) else value
+    return record
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    line: int
+    workload: Workload
+
+
+def read_trace(path: str | Path) -> list[Workload]:
+    """Read a trace file (ours, upstream's, or both mixed), sorted by (submit_s, id)."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as stream:
+            return parse_trace(stream, str(path))
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text: {exc.reason}") from None
+
+
+def parse_trace(lines: Iterable[str], source: str) -> list[Workload]:
+    """Parse trace lines; ``source`` names them in errors. Sorted by (submit_s, id)."""
+    ours: list[_Located] = []
+    jobs: list[UpstreamJob] = []
+    for number, text in enumerate(lines, start=1):
+        record = _load_line(text, source, number)
+        if record is None:
+            continue
+        kind = record.get("type")
+        if kind == "job":
+            jobs.append(parse_upstream_job(record, source, number))
+        elif kind == "workload" and "workloadId" in record and "id" not in record:
+            continue  # upstream's per-workload metadata; its jobs carry everything we use
+        elif kind == "workload":
+            ours.append(_Located(number, _parse_workload(record, source, number)))
+        else:
+            raise TraceError(
+                f"{source}:{number}: type: {kind!r} is not a record type; expected "
+                "'workload', 'comment' or upstream's 'job'"
+            )
+    located = ours + [_Located(line, w) for line, w in map_upstream_jobs(jobs, source)]
+    _check_unique_ids(located, source)
+    return sorted((item.workload for item in located), key=lambda w: (w.submit_s, w.id))
+
+
+def _load_line(text: str, source: str, number: int) -> dict[str, Any] | None:
+    """The JSON object on a line, or None for a blank line or a comment record."""
+    if not text.strip():
+        return None
+    try:
+        record = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"{source}:{number}: not valid JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise TraceError(f"{source}:{number}: expected a JSON object, got {type(record).__name__}")
+    if "type" not in record:
+        raise TraceError(
+            f"{source}:{number}: type: missing; expected 'workload', 'comment' or 'job'"
+        )
+    return None if record["type"] == "comment" else record
+
+
+def _parse_workload(record: dict[str, Any], source: str, number: int) -> Workload:
+    where = f"{source}:{number}"
+    version = record.get("schemaVersion")
+    if version not in SUPPORTED_SCHEMA_VERSIONS or isinstance(version, bool):
+        supported = ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
+        got = "missing" if version is None else f"{version!r} is not supported"
+        raise TraceError(f"{where}: schemaVersion: {got} (supported: {supported})")
+    try:
+        parsed = _WorkloadRecord.model_validate(record)
+    except ValidationError as exc:
+        raise TraceError(describe_validation(exc, where)) from None
+    try:
+        return _record_to_workload(parsed)
+    except InvalidWorkload as exc:
+        raise TraceError(f"{where}: {camel(exc.field)}: {exc.reason}") from None
+
+
+def describe_validation(exc: ValidationError, where: str) -> str:
+    """One line per pydantic error: ``where: field.path: message``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in err["loc"]) or "(record)"
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "not a field of this record type"
+        lines.append(f"{where}: {field}: {message}")
+    return "\n".join(lines)
+
+
+def _check_unique_ids(located: Sequence[_Located], source: str) -> None:
+    first_line: dict[str, int] = {}
+    for item in sorted(located, key=lambda item: item.line):
+        seen = first_line.setdefault(item.workload.id, item.line)
+        if seen != item.line:
+            raise TraceError(
+                f"{source}:{item.line}: id: {item.workload.id!r} repeats the id of line {seen}"
+            )
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _ordered(workloads: Iterable[Workload]) -> Iterator[Workload]:
+    return iter(sorted(workloads, key=lambda w: (w.submit_s, w.id)))
+
+
+def dump_trace(workloads: Iterable[Workload]) -> str:
+    """The trace text of ``workloads``: one line each, sorted by (submit_s, id), so the same
+    workloads always give the same bytes whatever order they come in."""
+    return "".join(orjson.dumps(workload_record(w)).decode() + "\n" for w in _ordered(workloads))
+
+
+def write_trace(workloads: Iterable[Workload], stream: IO[str]) -> None:
+    """Write ``dump_trace(workloads)`` to a text stream."""
+    stream.write(dump_trace(workloads))
+
+
+# --- upstream Joulie job records -------------------------------------------------------------
+
+UPSTREAM_SCHEMA_VERSIONS: tuple[str, ...] = ("v1",)
+UPSTREAM_UNITS_PER_SECOND = 2.0
+"""Work units one requested core (or GPU) completes per second at full speed upstream."""
+UPSTREAM_GPU_SHARE = 0.8
+"""Of a GPU job's run time, the share that follows the GPU clock (times upstream's GPU
+sensitivity); the rest of it, times the CPU sensitivity, follows the CPU clock."""
+_UPSTREAM_DEFAULT_MEMORY = 64 << 20  # upstream's injected pods ask for 64Mi without a request
+_GPU_ALIASES = {"gpu": "nvidia.com/gpu"}
+# Upstream's utilisation defaults by workload class.
+_CPU_UTIL = {"cpu.compute_bound": 0.95, "cpu.memory_bound": 0.60, "cpu.io_bound": 0.20}
+_GPU_UTIL = {"gpu.compute_bound": 0.95, "gpu.memory_bound": 0.70}
+_CPU_UTIL_OTHER, _GPU_UTIL_OTHER = 0.65, 0.80
+_PROFILE_LABEL = "joulie.io/power-profile"
+
+
+class _Upstream(BaseModel):
+    # Upstream records carry more than we use (tags, memoryIntensity ...): ignore the rest.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class _PodTemplate(_Upstream):
+    affinity: dict[str, Any] | None = None
+    requests: dict[str, str | int | float] = Field(default_factory=dict)
+
+
+class _Work(_Upstream):
+    cpuUnits: float = Field(1000.0, ge=0)
+    gpuUnits: float = Field(0.0, ge=0)
+
+
+class _Sensitivity(_Upstream):
+    cpu: float = Field(1.0, ge=0, le=1)
+    gpu: float = Field(1.0, ge=0, le=1)
+
+
+class _WorkloadClass(_Upstream):
+    cpu: str | None = None
+    gpu: str | None = None
+
+
+class _Profile(_Upstream):
+    cpuUtilization: float | None = Field(None, ge=0, le=1)
+    gpuUtilization: float | None = Field(None, ge=0, le=1)
+
+
+class _UpstreamJobRecord(_Upstream):
+    type: Literal["job"]
+    schemaVersion: str | int = "v1"
+    jobId: str = Field(min_length=1)
+    workloadId: str | None = None
+    workloadType: str | None = None
+    gang: bool = False
+    submitTimeOffsetSec: float = Field(ge=0)
+    intentClass: Literal["performance", "standard"] | None = None
+    podTemplate: _PodTemplate = Field(default_factory=_PodTemplate)
+    work: _Work = Field(default_factory=_Work)
+    sensitivity: _Sensitivity = Field(default_factory=_Sensitivity)
+    workloadClass: _WorkloadClass = Field(default_factory=_WorkloadClass)
+    workloadProfile: _Profile = Field(default_factory=_Profile)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamJob:
+    """An upstream job record mapped onto one pod's worth of workload, before gangs form."""
+
+    line: int
+    job_id: str
+    workload_id: str | None
+    gang: bool
+    pod: Workload
+    """The job as a lone workload (id = jobId)."""
+
+    @property
+    def requests(self) -> tuple[int, int, int, str | None]:
+        return (self.pod.cpu_millis, self.pod.memory_bytes, self.pod.gpus, self.pod.gpu_resource)
+
+
+def parse_upstream_job(record: dict[str, Any], source: str, number: int) -> UpstreamJob:
+    """Validate and map one upstream ``type: "job"`` record (rules in the trace doc)."""
+    where = f"{source}:{number}"
+    version = record.get("schemaVersion", "v1")
+    if str(version) not in UPSTREAM_SCHEMA_VERSIONS and version != 1:
+        raise TraceError(
+            f"{where}: schemaVersion: {version!r} is not supported for upstream job records "
+            f"(supported: {', '.join(UPSTREAM_SCHEMA_VERSIONS)})"
+        )
+    try:
+        job = _UpstreamJobRecord.model_validate(record)
+    except ValidationError as exc:
+        raise TraceError(describe_validation(exc, where)) from None
+    try:
+        pod = _upstream_pod(job, where)
+    except InvalidWorkload as exc:
+        raise TraceError(f"{where}: {exc.field}: {exc.reason}") from None
+    return UpstreamJob(number, job.jobId, job.workloadId, job.gang, pod)
+
+
+def _upstream_pod(job: _UpstreamJobRecord, where: str) -> Workload:
+    cpu_millis, memory_bytes, gpus, resource = _upstream_requests(job.podTemplate, where)
+    cpu_s = job.work.cpuUnits / (cpu_millis / 1000 * UPSTREAM_UNITS_PER_SECOND)
+    gpu_s = job.work.gpuUnits / (gpus * UPSTREAM_UNITS_PER_SECOND) if gpus else 0.0
+    if max(cpu_s, gpu_s) <= 0:
+        raise InvalidWorkload("work", "cpuUnits and gpuUnits leave nothing to run")
+    sens = job.sensitivity
+    cpu_sens, gpu_sens = (
+        ((1 - UPSTREAM_GPU_SHARE) * sens.cpu, UPSTREAM_GPU_SHARE * sens.gpu)
+        if gpus
+        else (sens.cpu, 0.0)
+    )
+    profile, classes = job.workloadProfile, job.workloadClass
+    cpu_util = profile.cpuUtilization
+    if cpu_util is None:
+        cpu_util = _CPU_UTIL.get(classes.cpu or "", _CPU_UTIL_OTHER)
+    gpu_util = profile.gpuUtilization
+    if gpu_util is None:
+        gpu_util = _GPU_UTIL.get(classes.gpu or "", _GPU_UTIL_OTHER) if gpus else 0.0
+    return Workload(
+        id=job.jobId,
+        submit_s=job.submitTimeOffsetSec,
+        work_s=max(cpu_s, gpu_s),
+        performance=_upstream_performance(job),
+        cpu_millis=cpu_millis,
+        memory_bytes=memory_bytes,
+        gpus=gpus,
+        gpu_resource=resource,
+        cpu_sensitivity=cpu_sens,
+        gpu_sensitivity=gpu_sens,
+        cpu_util=cpu_util,
+        gpu_util=gpu_util,
+        kind=job.workloadType or "upstream",
+    )
+
+
+def _upstream_requests(template: _PodTemplate, where: str) -> tuple[int, int, int, str | None]:
+    """(cpu millis, memory bytes, GPUs, GPU resource) of a pod template's requests."""
+    cpu_millis, memory, gpus, resource = 1000, _UPSTREAM_DEFAULT_MEMORY, 0, None
+    for name, raw in template.requests.items():
+        field = f"podTemplate.requests.{name}"
+        value = _quantity(raw, field)
+        if name == "cpu":
+            cpu_millis = math.ceil(value * 1000)
+            if cpu_millis <= 0:
+                raise InvalidWorkload(field, f"must be > 0, got {raw!r}")
+        elif name == "memory":
+            memory = math.ceil(value)
+        elif name in _GPU_ALIASES or gpu_resource_kind(name) is not None:
+            if value.denominator != 1 or value < 0:
+                raise InvalidWorkload(field, f"GPUs come whole: {raw!r} is not a whole number")
+            if resource is not None and int(value) > 0 and gpus > 0:
+                raise InvalidWorkload(field, f"a second GPU resource besides {resource}")
+            if int(value) > 0:
+                gpus, resource = int(value), _GPU_ALIASES.get(name, name)
+    return cpu_millis, memory, gpus, resource
+
+
+def _quantity(raw: str | int | float, field: str) -> Fraction:
+    try:
+        return parse_quantity(raw)
+    except QuantityError as exc:
+        raise InvalidWorkload(field, str(exc)) from None
+
+
+def _upstream_performance(job: _UpstreamJobRecord) -> bool:
+    """intentClass when given; else performance iff the affinity keeps the pod off eco nodes,
+    which is how upstream's generator marked performance pods."""
+    if job.intentClass is not None:
+        return job.intentClass == "performance"
+    affinity = job.podTemplate.affinity or {}
+    required = (affinity.get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in (term or {}).get("matchExpressions") or []:
+            if (
+                expr.get("key") == _PROFILE_LABEL
+                and expr.get("operator") == "NotIn"
+                and "eco" in (expr.get("values") or [])
+            ):
+                return True
+    return False
+
+
+def map_upstream_jobs(jobs: Sequence[UpstreamJob], source: str) -> list[tuple[int, Workload]]:
+    """Jobs as workloads with the line each came from: gang members of one workloadId with
+    identical requests become one gang, every other job a lone pod."""
+    del source  # errors here are per job and were raised while parsing
+    members: dict[str, list[UpstreamJob]] = {}
+    out: list[tuple[int, Workload]] = []
+    for job in jobs:
+        if job.gang and job.workload_id is not None:
+            members.setdefault(job.workload_id, []).append(job)
+        else:
+            out.append((job.line, job.pod))
+    for workload_id, group in members.items():
+        gang, loners = _split_gang(group)
+        out.extend((job.line, job.pod) for job in loners)
+        if gang:
+            out.append((gang[0].line, _gang_workload(workload_id, gang)))
+    return out
+
+
+def _split_gang(group: list[UpstreamJob]) -> tuple[list[UpstreamJob], list[UpstreamJob]]:
+    """The largest set of members with identical requests (the earliest on a tie) is the
+    gang when it has two or more; the rest run as lone pods."""
+    by_requests: dict[tuple[int, int, int, str | None], list[UpstreamJob]] = {}
+    for job in group:
+        by_requests.setdefault(job.requests, []).append(job)
+    best = max(by_requests.values(), key=len)  # max keeps the first of equal lengths
+    if len(best) < 2:
+        return [], group
+    return best, [job for job in group if job not in best]
+
+
+def _gang_workload(workload_id: str, gang: list[UpstreamJob]) -> Workload:
+    """A gang runs when its last member has arrived and lasts as long as its longest one."""
+    first = gang[0].pod
+    return Workload(
+        id=workload_id,
+        submit_s=max(job.pod.submit_s for job in gang),
+        work_s=max(job.pod.work_s for job in gang),
+        pods=len(gang),
+        min_count=len(gang),
+        performance=any(job.pod.performance for job in gang),
+        disruption=DisruptionMode.ALL,
+        cpu_millis=first.cpu_millis,
+        memory_bytes=first.memory_bytes,
+        gpus=first.gpus,
+        gpu_resource=first.gpu_resource,
+        cpu_sensitivity=first.cpu_sensitivity,
+        gpu_sensitivity=first.gpu_sensitivity,
+        cpu_util=first.cpu_util,
+        gpu_util=first.gpu_util,
+        kind=first.kind,
+    )
