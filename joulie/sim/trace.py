@@ -8,6 +8,7 @@ Every error names the file, the line and the field, so a hand-edited trace is fi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -101,6 +102,8 @@ class Workload:
 
 def workload_problem(w: Workload) -> tuple[str, str] | None:
     """The first rule ``w`` breaks, as (field, reason), or None when it is valid."""
+    if _plainly_valid(w):
+        return None
     if not w.id:
         return "id", "must not be empty"
     if not (math.isfinite(w.submit_s) and w.submit_s >= 0):
@@ -114,11 +117,36 @@ def workload_problem(w: Workload) -> tuple[str, str] | None:
     for name in ("cpu_millis", "memory_bytes", "gpus"):
         if getattr(w, name) < 0:
             return name, f"must be >= 0, got {getattr(w, name)}"
-    if w.gpu_resource is not None and gpu_resource_kind(w.gpu_resource) is None:
+    if w.gpu_resource is not None and not _is_gpu_resource(w.gpu_resource):
         return "gpu_resource", f"{w.gpu_resource!r} is not a GPU resource name"
     if w.gpus > 0 and w.gpu_resource is None:
         return "gpu_resource", f"required when gpus > 0 (gpus is {w.gpus})"
     return _share_problem(w)
+
+
+def _plainly_valid(w: Workload) -> bool:
+    """One expression over every rule: the generator builds a few hundred thousand workloads,
+    and naming the broken rule is only needed when this is False (NaN fails every test)."""
+    resource = w.gpu_resource
+    return bool(
+        w.id
+        and 0.0 <= w.submit_s < math.inf
+        and 0.0 < w.work_s < math.inf
+        and 1 <= w.min_count <= w.pods
+        and w.cpu_millis >= 0
+        and w.memory_bytes >= 0
+        and (w.gpus == 0 if resource is None else (w.gpus >= 0 and _is_gpu_resource(resource)))
+        and 0.0 <= w.cpu_sensitivity <= 1.0
+        and 0.0 <= w.gpu_sensitivity <= 1.0
+        and w.cpu_sensitivity + w.gpu_sensitivity <= 1.0 + _EPSILON
+        and 0.0 <= w.cpu_util <= 1.0
+        and 0.0 <= w.gpu_util <= 1.0
+    )
+
+
+@functools.cache
+def _is_gpu_resource(name: str) -> bool:
+    return gpu_resource_kind(name) is not None
 
 
 def _share_problem(w: Workload) -> tuple[str, str] | None:

@@ -1,0 +1,492 @@
+"""Synthetic workloads for the standalone simulator, sized to the inventory they run on.
+
+The one knob that carries across inventories is ``load``: the share of the CPU-only nodes'
+core-hours, and of each GPU kind's GPU-hours, that the submitted work asks for over the run.
+Jobs are drawn from a fixed mix until that budget is spent, so a 41-node and a 5,000-node
+inventory get the same pressure from the same options; the arrival process then only decides
+*when* they come (uniform, following a day curve, or in bursts). Given the number of arrivals,
+the arrival times of a Poisson process are independent draws from its normalised rate, which is
+what the generator samples; fixing the count by the work budget keeps the offered load within a
+job or two of the target instead of wandering with the Poisson count.
+
+Everything is drawn from one ``numpy.random.Generator(PCG64(seed))`` with array operations:
+no global random state, no clock, the same seed gives the same list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from joulie.api.inventory import Inventory, NodeGroup
+from joulie.api.workload import DisruptionMode
+from joulie.sim.trace import Workload
+
+ARRIVAL_PROCESSES = ("poisson", "diurnal", "bursts")
+_GIB = 1 << 30
+_MIB = 1 << 20
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorOptions:
+    """What the generator makes; every field has a default, so ``GeneratorOptions()`` is a
+    reasonable mixed cluster day."""
+
+    arrivals: str = "poisson"
+    """Arrival process: ``poisson`` (constant rate), ``diurnal`` (rate follows a day curve,
+    the run starting at midnight) or ``bursts`` (constant rate plus bursts of many jobs)."""
+    load: float = 0.6
+    """Offered load: the share of the CPU-only nodes' core-hours, and of each GPU kind's
+    GPU-hours, that the submitted work requests over the run (requests x run time at full
+    speed). Above 1 means more work than the cluster can do in the time."""
+    cpu_small_share: float = 0.55
+    """Of the CPU batch jobs, the share that are small: 1-8 cores, 5-30 minutes."""
+    cpu_medium_share: float = 0.35
+    """Medium CPU batch: 16-64 cores, 0.5-3 hours."""
+    cpu_large_share: float = 0.10
+    """Large CPU batch: 64-96 cores, 1-4 hours. The three CPU shares sum to 1."""
+    gpu_inference_share: float = 0.50
+    """Of the GPU jobs, the share that are debug/inference: 1-2 GPUs, 5-30 minutes."""
+    gpu_training_share: float = 0.40
+    """Single-pod GPU training: 1-8 GPUs, 1-8 hours."""
+    gpu_distributed_share: float = 0.10
+    """Distributed GPU training, a gang of 2-8 pods of 4-8 GPUs each, 2-12 hours. The three GPU
+    shares sum to 1."""
+    perf_ratio: float = 0.3
+    """Share of workloads marked performance. Training is marked more often than batch (weights
+    in ``KINDS``), as upstream's generator did; the overall share stays ``perf_ratio``."""
+    batch_priority: int = 0
+    """Priority of CPU batch jobs."""
+    default_priority: int = 100
+    """Priority of GPU jobs."""
+    urgent_priority: int = 1000
+    """Priority of the urgent share, whatever their kind."""
+    urgent_share: float = 0.02
+    """Share of workloads submitted at ``urgent_priority``."""
+    gang_all_share: float = 0.8
+    """Share of distributed-training gangs with disruption ``all`` (the rest ``single``)."""
+    cpu_load_on_gpu_nodes: float = 0.1
+    """Only for an inventory without CPU-only nodes: CPU batch is then sized to this share of
+    the GPU nodes' cores (times ``load``), as the GPU jobs use the rest of them."""
+    diurnal_peak_hour: float = 16.0
+    """``diurnal``: hour of the day with the highest rate; the lowest is 12 hours away."""
+    diurnal_trough_ratio: float = 0.2
+    """``diurnal``: the lowest rate as a share of the highest."""
+    burst_share: float = 0.25
+    """``bursts``: share of the arrivals that come in bursts."""
+    burst_min: int = 20
+    """``bursts``: fewest jobs in one burst."""
+    burst_max: int = 80
+    """``bursts``: most jobs in one burst."""
+    burst_window_s: float = 300.0
+    """``bursts``: seconds over which one burst's jobs arrive."""
+
+    def __post_init__(self) -> None:
+        if self.arrivals not in ARRIVAL_PROCESSES:
+            raise ValueError(
+                f"arrivals: {self.arrivals!r} is not one of {', '.join(ARRIVAL_PROCESSES)}"
+            )
+        _number("load", self.load, low=0.0, low_open=True)
+        for name in _SHARE_FIELDS:
+            _number(name, getattr(self, name), low=0.0, high=1.0)
+        for group in _MIX_GROUPS:
+            total = sum(getattr(self, name) for name in group)
+            if not math.isclose(total, 1.0, abs_tol=1e-6):
+                raise ValueError(f"{' + '.join(group)} must sum to 1, got {total:g}")
+        for name in ("batch_priority", "default_priority", "urgent_priority"):
+            _integer(name, getattr(self, name))
+        _number("diurnal_peak_hour", self.diurnal_peak_hour, low=0.0, high=24.0)
+        _integer("burst_min", self.burst_min, low=1)
+        _integer("burst_max", self.burst_max, low=self.burst_min)
+        _number("burst_window_s", self.burst_window_s, low=0.0)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> GeneratorOptions:
+        """Options from a plain mapping (a run spec's ``generator``); unknown keys are an
+        error that names them and the accepted ones."""
+        accepted = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"unknown generator option(s): {', '.join(unknown)}; "
+                f"accepted: {', '.join(accepted)}"
+            )
+        return cls(**dict(data))
+
+
+_SHARE_FIELDS = (
+    "cpu_small_share",
+    "cpu_medium_share",
+    "cpu_large_share",
+    "gpu_inference_share",
+    "gpu_training_share",
+    "gpu_distributed_share",
+    "perf_ratio",
+    "urgent_share",
+    "gang_all_share",
+    "cpu_load_on_gpu_nodes",
+    "diurnal_trough_ratio",
+    "burst_share",
+)
+_MIX_GROUPS = (
+    ("cpu_small_share", "cpu_medium_share", "cpu_large_share"),
+    ("gpu_inference_share", "gpu_training_share", "gpu_distributed_share"),
+)
+
+
+def _number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name}: must be {'>' if low_open else '>='} {low:g}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
+
+
+def _integer(name: str, value: object, *, low: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+
+
+# --- job kinds -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    """How one sort of job is drawn. Ranges are inclusive (low, high); for GPU kinds the cores
+    and memory are per GPU, for CPU kinds memory is per core."""
+
+    name: str
+    share_option: str
+    pods: tuple[int, int]
+    gpus: tuple[int, int]
+    cores: tuple[int, int]
+    work_s: tuple[float, float]
+    memory_gib: tuple[float, float]
+    cpu_sensitivity: tuple[float, float]
+    gpu_sensitivity: tuple[float, float]
+    cpu_util: tuple[float, float]
+    gpu_util: tuple[float, float]
+    perf_weight: float
+    """Relative odds of being marked performance."""
+
+    @property
+    def uses_gpus(self) -> bool:
+        return self.gpus[1] > 0
+
+
+_CPU_SENS, _NO = (0.6, 1.0), (0.0, 0.0)
+KINDS: tuple[JobKind, ...] = (
+    JobKind("cpu-small", "cpu_small_share", (1, 1), (0, 0), (1, 8), (300, 1800), (1, 4),
+            _CPU_SENS, _NO, (0.5, 0.95), _NO, 0.5),
+    JobKind("cpu-medium", "cpu_medium_share", (1, 1), (0, 0), (16, 64), (1800, 10800), (1, 4),
+            _CPU_SENS, _NO, (0.6, 0.95), _NO, 0.8),
+    JobKind("cpu-large", "cpu_large_share", (1, 1), (0, 0), (64, 96), (3600, 14400), (1, 4),
+            _CPU_SENS, _NO, (0.7, 1.0), _NO, 1.2),
+    JobKind("gpu-inference", "gpu_inference_share", (1, 1), (1, 2), (2, 8), (300, 1800),
+            (16, 64), (0.1, 0.3), (0.3, 0.6), (0.2, 0.5), (0.3, 0.6), 1.0),
+    JobKind("gpu-training", "gpu_training_share", (1, 1), (1, 8), (4, 16), (3600, 28800),
+            (32, 128), (0.05, 0.2), (0.6, 0.9), (0.3, 0.6), (0.7, 0.95), 2.0),
+    JobKind("gpu-distributed", "gpu_distributed_share", (2, 8), (4, 8), (4, 16),
+            (7200, 43200), (32, 128), (0.05, 0.2), (0.6, 0.9), (0.3, 0.6), (0.75, 0.95), 2.0),
+)  # fmt: skip
+_CPU_KINDS = tuple(k for k in KINDS if not k.uses_gpus)
+_GPU_KINDS = tuple(k for k in KINDS if k.uses_gpus)
+_DISTRIBUTED = KINDS.index(next(k for k in KINDS if k.name == "gpu-distributed"))
+
+
+# --- the parts of an inventory ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A share of the inventory that gets its own work budget: the CPU-only nodes (or, without
+    any, the GPU nodes' cores), or the nodes of one GPU resource."""
+
+    kinds: tuple[int, ...]
+    """Indexes into KINDS of the jobs this part gets."""
+    resource: str | None
+    cores: IntArray
+    memory_gib: FloatArray
+    gpus: IntArray
+    capacity: float
+    """Cores (CPU part) or GPUs (GPU part) the budget is a share of."""
+
+
+def _parts(inventory: Inventory, options: GeneratorOptions) -> list[_Part]:
+    groups = list(inventory.nodes)
+    cpu_only = [g for g in groups if g.gpu_resource is None]
+    parts: list[_Part] = []
+    cpu_kinds = tuple(KINDS.index(k) for k in _CPU_KINDS)
+    if cpu_only:
+        parts.append(_part(cpu_kinds, None, cpu_only, _cores(cpu_only)))
+    elif groups:
+        share = options.cpu_load_on_gpu_nodes
+        parts.append(_part(cpu_kinds, None, groups, _cores(groups) * share))
+    gpu_kinds = tuple(KINDS.index(k) for k in _GPU_KINDS)
+    for resource in sorted({g.gpu_resource for g in groups if g.gpu_resource is not None}):
+        members = [g for g in groups if g.gpu_resource == resource]
+        gpus = sum(g.replicas * g.gpu_count for g in members)
+        parts.append(_part(gpu_kinds, resource, members, float(gpus)))
+    return [p for p in parts if p.capacity > 0]
+
+
+def _cores(groups: Sequence[NodeGroup]) -> float:
+    return float(sum(g.replicas * g.cpu_cores for g in groups))
+
+
+def _part(
+    kinds: tuple[int, ...], resource: str | None, groups: Sequence[NodeGroup], capacity: float
+) -> _Part:
+    return _Part(
+        kinds=kinds,
+        resource=resource,
+        cores=np.array([g.cpu_cores for g in groups], dtype=np.int64),
+        memory_gib=np.array([g.memory_gib for g in groups], dtype=np.float64),
+        gpus=np.array([g.gpu_count if resource else 0 for g in groups], dtype=np.int64),
+        capacity=capacity,
+    )
+
+
+# --- drawing jobs ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Jobs:
+    """Jobs as columns (one entry per job), so a hundred thousand are drawn at array speed."""
+
+    kind: IntArray
+    pods: IntArray
+    gpus: IntArray
+    cores: IntArray
+    memory_bytes: IntArray
+    work_s: FloatArray
+
+    def take(self, n: int) -> _Jobs:
+        return _Jobs(*(getattr(self, f.name)[:n] for f in fields(self)))
+
+    @staticmethod
+    def concat(parts: Sequence[_Jobs]) -> _Jobs:
+        return _Jobs(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(_Jobs)))
+
+
+def _table(column: str, index: IntArray) -> tuple[FloatArray, FloatArray]:
+    """Per-job (low, high) of one JobKind range."""
+    lows = np.array([getattr(k, column)[0] for k in KINDS], dtype=np.float64)
+    highs = np.array([getattr(k, column)[1] for k in KINDS], dtype=np.float64)
+    return lows[index], highs[index]
+
+
+def _uniform_int(rng: np.random.Generator, column: str, index: IntArray) -> IntArray:
+    low, high = _table(column, index)
+    return rng.integers(low.astype(np.int64), high.astype(np.int64) + 1)
+
+
+def _uniform(rng: np.random.Generator, column: str, index: IntArray) -> FloatArray:
+    low, high = _table(column, index)
+    return rng.uniform(low, high)
+
+
+def _draw(rng: np.random.Generator, part: _Part, weights: FloatArray, n: int) -> _Jobs:
+    """``n`` jobs of the part's kinds, each shrunk where needed to fit one of its groups."""
+    kind = rng.choice(np.array(part.kinds, dtype=np.int64), size=n, p=weights)
+    pods = _uniform_int(rng, "pods", kind)
+    gpus = _uniform_int(rng, "gpus", kind)
+    per = np.where(gpus > 0, gpus, 1)
+    cores = _uniform_int(rng, "cores", kind) * per
+    memory_gib = _uniform(rng, "memory_gib", kind) * np.where(gpus > 0, gpus, cores)
+    work_s = np.maximum(1.0, np.round(_uniform(rng, "work_s", kind)))
+    gpus, cores, memory_gib = _fit(part, gpus, cores, memory_gib)
+    memory = np.floor(memory_gib * 1024).astype(np.int64) * _MIB
+    return _Jobs(kind, pods, gpus, cores, memory, work_s)
+
+
+def _fit(
+    part: _Part, gpus: IntArray, cores: IntArray, memory_gib: FloatArray
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """Shrink GPUs, then cores, then memory to what the largest fitting group offers, so that
+    every pod fits on at least one node group of the part."""
+    gpus = np.minimum(gpus, part.gpus.max())
+    fits = part.gpus[None, :] >= gpus[:, None]
+    cores = np.minimum(cores, np.where(fits, part.cores[None, :], 0).max(axis=1))
+    fits &= part.cores[None, :] >= cores[:, None]
+    memory_gib = np.minimum(memory_gib, np.where(fits, part.memory_gib[None, :], 0).max(axis=1))
+    return gpus, cores, memory_gib
+
+
+def _work(part: _Part, jobs: _Jobs) -> FloatArray:
+    """What a job takes from the part's budget: core-seconds or GPU-seconds of its requests."""
+    per_pod = jobs.gpus if part.resource is not None else jobs.cores
+    return per_pod * jobs.pods * jobs.work_s
+
+
+def _fill(rng: np.random.Generator, part: _Part, options: GeneratorOptions, budget: float) -> _Jobs:
+    """Draw jobs until their work reaches ``budget``; the last one is kept when that lands
+    closer to the budget than stopping before it."""
+    weights = np.array([getattr(options, KINDS[k].share_option) for k in part.kinds])
+    chunks: list[_Jobs] = []
+    total, n = 0.0, 256
+    while total < budget:
+        chunk = _draw(rng, part, weights, n)
+        work = _work(part, chunk)
+        chunks.append(chunk)
+        total += float(work.sum())
+        n = max(64, math.ceil((budget - total) / float(work.mean()) * 1.1))
+    jobs = _Jobs.concat(chunks)
+    cumulative = np.cumsum(_work(part, jobs))
+    last = int(np.searchsorted(cumulative, budget))  # first index reaching the budget
+    before = float(cumulative[last - 1]) if last else 0.0
+    keep = last + 1 if cumulative[last] - budget < budget - before else last
+    return jobs.take(keep)
+
+
+# --- arrival times ---------------------------------------------------------------------------
+
+
+def _arrivals(
+    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
+) -> FloatArray:
+    """``n`` arrival times in [0, horizon_s) of the chosen process (unsorted)."""
+    if options.arrivals == "diurnal":
+        return _diurnal(rng, n, horizon_s, options)
+    if options.arrivals == "bursts":
+        return _bursts(rng, n, horizon_s, options)
+    return rng.uniform(0.0, horizon_s, n)
+
+
+def diurnal_rate(hour_of_day: FloatArray, peak_hour: float, trough_ratio: float) -> FloatArray:
+    """Relative arrival rate over the day: 1 at ``peak_hour``, ``trough_ratio`` twelve hours
+    away, a cosine in between."""
+    phase = 2 * np.pi * (hour_of_day - peak_hour) / 24.0
+    return trough_ratio + (1.0 - trough_ratio) * (1.0 + np.cos(phase)) / 2.0
+
+
+def _diurnal(
+    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
+) -> FloatArray:
+    # Inverse transform sampling on a one-minute grid of the rate's integral.
+    grid = np.linspace(0.0, horizon_s, max(2, math.ceil(horizon_s / 60.0) + 1))
+    rate = diurnal_rate(
+        (grid / 3600.0) % 24.0, options.diurnal_peak_hour, options.diurnal_trough_ratio
+    )
+    cumulative = np.concatenate(([0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))))
+    return np.interp(rng.uniform(0.0, cumulative[-1], n), cumulative, grid)
+
+
+def _bursts(
+    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
+) -> FloatArray:
+    in_bursts = round(n * options.burst_share)
+    sizes = rng.integers(
+        options.burst_min, options.burst_max + 1, in_bursts // options.burst_min + 1
+    )
+    ends = np.cumsum(sizes)
+    count = int(np.searchsorted(ends, in_bursts)) + 1 if in_bursts else 0
+    sizes = sizes[:count]
+    if count:
+        sizes[-1] -= int(ends[count - 1]) - in_bursts  # the last burst takes what is left
+    window = min(options.burst_window_s, horizon_s)
+    starts = rng.uniform(0.0, horizon_s - window, count)
+    burst_times = np.repeat(starts, sizes) + rng.uniform(0.0, window, in_bursts)
+    base = rng.uniform(0.0, horizon_s, n - in_bursts)
+    return np.minimum(np.concatenate((base, burst_times)), np.nextafter(horizon_s, 0))
+
+
+# --- the whole workload ----------------------------------------------------------------------
+
+
+def generate(
+    inventory: Inventory, options: GeneratorOptions, seed: int, hours: float
+) -> list[Workload]:
+    """Workloads arriving over ``hours`` on ``inventory``, sorted by submit time, ids
+    ``w000001``... in that order. The same arguments always give the same list."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    _number("hours", hours, low=0.0, low_open=True)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    horizon_s = hours * 3600.0
+    drawn: list[_Jobs] = []
+    resources: list[str | None] = []
+    times: list[FloatArray] = []
+    for part in _parts(inventory, options):
+        jobs = _fill(rng, part, options, options.load * part.capacity * horizon_s)
+        drawn.append(jobs)
+        resources.append(part.resource)
+        times.append(_arrivals(rng, len(jobs.kind), horizon_s, options))
+    if not drawn:
+        return []
+    jobs = _Jobs.concat(drawn)
+    resource = np.concatenate(
+        [np.full(len(j.kind), i, dtype=np.int64) for i, j in enumerate(drawn)]
+    )
+    submit = np.round(np.concatenate(times), 3).astype(np.float64)
+    order = np.argsort(submit, kind="stable")
+    return _workloads(rng, options, jobs, submit, [resources[i] for i in resource], order)
+
+
+def _workloads(
+    rng: np.random.Generator,
+    options: GeneratorOptions,
+    jobs: _Jobs,
+    submit: FloatArray,
+    resource: list[str | None],
+    order: IntArray,
+) -> list[Workload]:
+    """Build the Workload objects in submit order, drawing the per-job attributes that do not
+    depend on the part (class, priority, disruption, sensitivities, utilisations)."""
+    kind = jobs.kind
+    n = len(kind)
+    weight = np.array([k.perf_weight for k in KINDS])[kind]
+    performance = rng.random(n) < options.perf_ratio * weight / weight.mean()
+    uses_gpu = jobs.gpus > 0
+    priority = np.where(uses_gpu, options.default_priority, options.batch_priority)
+    priority = np.where(rng.random(n) < options.urgent_share, options.urgent_priority, priority)
+    gang_all = (kind == _DISTRIBUTED) & (rng.random(n) < options.gang_all_share)
+    gpu_sens = np.round(_uniform(rng, "gpu_sensitivity", kind), 3)
+    cpu_sens = np.minimum(np.round(_uniform(rng, "cpu_sensitivity", kind), 3), 1.0 - gpu_sens)
+    cpu_util = np.round(_uniform(rng, "cpu_util", kind), 3)
+    gpu_util = np.round(_uniform(rng, "gpu_util", kind), 3)
+    names = np.array([k.name for k in KINDS], dtype=object)
+    disruption = np.where(gang_all, DisruptionMode.ALL, DisruptionMode.SINGLE)
+    width = max(6, len(str(n)))
+    ids = [f"w{number:0{width}d}" for number in range(1, n + 1)]
+    pods = jobs.pods[order].tolist()
+    # Positional, in the dataclass's field order: this loop builds every workload of the run.
+    columns = zip(
+        ids,
+        submit[order].tolist(),
+        jobs.work_s[order].tolist(),
+        pods,
+        pods,
+        performance[order].tolist(),
+        priority[order].tolist(),
+        disruption[order].tolist(),
+        (jobs.cores[order] * 1000).tolist(),
+        jobs.memory_bytes[order].tolist(),
+        jobs.gpus[order].tolist(),
+        [resource[i] for i in order.tolist()],
+        cpu_sens[order].tolist(),
+        gpu_sens[order].tolist(),
+        cpu_util[order].tolist(),
+        gpu_util[order].tolist(),
+        names[kind[order]].tolist(),
+        strict=True,
+    )
+    return [Workload(*row) for row in columns]
