@@ -1,0 +1,404 @@
+"""Many runs: a sweep file's grid of run specs, run over local cores or as a Kubernetes
+Indexed Job (one spec per completion index), and the results gathered back in spec order.
+
+A sweep file (YAML or JSON) names one value or a list for each dimension::
+
+    scenario: nightly            # label; varied dimensions are appended to it
+    inventories: [exp01, exp02]
+    baselines: [A, B, C]
+    seeds: [1, 2, 3]
+    hours: 24
+    limit_hours: 48              # optional
+    trace: null                  # optional JSONL trace instead of the generator
+    generator: {...}             # passed through as is (never expanded)
+    params: {static_hp_frac: [0.3, 0.5], guard_max_step: 2}
+    governors: [false, true]
+
+The order of the expansion is fixed (inventory, then params in key order, then governors,
+baseline, seed; seeds innermost so a scenario's seeds sit together), so index ``i`` of a file
+always means the same run: that is what lets an Indexed Job's pods and a later ``collect`` agree
+without talking to each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from joulie.sim.result_io import (
+    MissingRuns,
+    canonical_json,
+    collect,
+    result_json,
+    run_file,
+    write_atomically,
+)
+from joulie.sim.results import RunResult
+from joulie.sim.run_spec import BASELINES, RunSpec
+
+__all__ = [
+    "MissingRuns",
+    "RunFailed",
+    "SweepError",
+    "collect",
+    "engine_runner",
+    "expand",
+    "indexed_job",
+    "load_sweep",
+    "manifests_yaml",
+    "run_all",
+    "run_file",
+    "run_index",
+]
+"""``collect``, ``run_file`` and ``MissingRuns`` live in ``result_io`` (reading a folder of
+results) and are re-exported so a sweep's whole life is importable from here."""
+
+Runner = Callable[[RunSpec], RunResult]
+KEYS = {
+    "scenario", "inventories", "baselines", "seeds", "hours", "limit_hours",
+    "trace", "generator", "params", "governors",
+}  # fmt: skip
+
+
+class SweepError(ValueError):
+    """A sweep file or grid that cannot be expanded; the message names the key."""
+
+
+class RunFailed(RuntimeError):
+    """One run of a sweep raised; the message names its index and spec."""
+
+    def __init__(self, index: int, spec: RunSpec, cause: BaseException) -> None:
+        super().__init__(f"run {index} ({describe(spec)}) failed: {cause!r}")
+        self.index, self.spec = index, spec
+
+
+def describe(spec: RunSpec) -> str:
+    """The fields that tell runs of a sweep apart, for messages."""
+    return (
+        f"scenario={spec.scenario} inventory={spec.inventory} baseline={spec.baseline} "
+        f"seed={spec.seed}"
+    )
+
+
+def engine_runner(spec: RunSpec) -> RunResult:
+    """The real engine, imported at call time so this module loads without it."""
+    engine = importlib.import_module("joulie.sim.engine")
+    result: RunResult = engine.run(spec)
+    return result
+
+
+# --- the grid ----------------------------------------------------------------------------
+
+
+def _values(sweep: Mapping[str, Any], key: str, default: list[Any]) -> list[Any]:
+    """A dimension as a non-empty list of distinct values (a scalar is a list of one)."""
+    raw = sweep.get(key, default)
+    values = list(raw) if isinstance(raw, list | tuple) else [raw]
+    if not values:
+        raise SweepError(f"{key}: an empty list would make an empty sweep")
+    if any(values.count(v) > 1 for v in values):
+        raise SweepError(f"{key}: {values} repeats a value (the runs would be duplicates)")
+    return values
+
+
+def _check_seeds(seeds: list[Any]) -> None:
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise SweepError(f"seeds: {seed!r} is not an integer")
+
+
+def _check_baselines(baselines: list[Any]) -> None:
+    for baseline in baselines:
+        if baseline not in BASELINES:
+            raise SweepError(f"baselines: {baseline!r} is not one of {', '.join(BASELINES)}")
+
+
+def _param_points(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cartesian product of the params, keys in sorted order, values as listed."""
+    params = sweep.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise SweepError(f"params: expected a mapping of name to value(s), got {params!r}")
+    keys = sorted(params)
+    axes = [_values(params, k, []) for k in keys]
+    for key, axis in zip(keys, axes, strict=True):
+        for v in axis:
+            if isinstance(v, Mapping | list):
+                raise SweepError(f"params.{key}: {v!r} is not a number, string or boolean")
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+
+
+def _label(
+    base: str, inventory: str, point: dict[str, Any], governors: bool, varied: set[str]
+) -> str:
+    """The scenario label: the base plus each dimension that takes several values."""
+    parts = [base]
+    if "inventories" in varied:
+        parts.append(Path(inventory).stem)
+    parts += [f"{k}={v}" for k, v in point.items() if f"params.{k}" in varied]
+    if "governors" in varied:
+        parts.append("governors" if governors else "no-governors")
+    return "-".join(parts)
+
+
+def expand(sweep: Mapping[str, Any]) -> list[RunSpec]:
+    """Every run of the sweep, in the fixed order the module docstring gives."""
+    unknown = sorted(set(sweep) - KEYS)
+    if unknown:
+        raise SweepError(f"unknown key {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})")
+    inventories = _values(sweep, "inventories", ["default"])
+    baselines, seeds = _values(sweep, "baselines", list(BASELINES)), _values(sweep, "seeds", [1])
+    governors = _values(sweep, "governors", [False])
+    _check_baselines(baselines)
+    _check_seeds(seeds)
+    points = _param_points(sweep)
+    params = sweep.get("params") or {}
+    varied = {k for k, v in (("inventories", inventories), ("governors", governors)) if len(v) > 1}
+    varied |= {f"params.{k}" for k, v in params.items() if isinstance(v, list) and len(v) > 1}
+    base = str(sweep.get("scenario", "default"))
+    fixed = {k: sweep[k] for k in ("hours", "limit_hours", "trace", "generator") if k in sweep}
+    specs = []
+    for inventory, point, gov, baseline, seed in itertools.product(
+        inventories, points, governors, baselines, seeds
+    ):
+        fields = dict(fixed, inventory=inventory, params=point, governors=gov)
+        fields.update(baseline=baseline, seed=seed)
+        fields["scenario"] = _label(base, str(inventory), point, bool(gov), varied)
+        try:
+            specs.append(RunSpec(**fields))
+        except ValidationError as exc:
+            raise SweepError(_validation_message(exc)) from exc
+    return specs
+
+
+def _validation_message(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)
+    )
+
+
+def load_sweep(path: str | Path) -> list[RunSpec]:
+    """The runs of a sweep file (YAML, which also reads JSON); errors name the file and key."""
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SweepError(f"{path}: not YAML or JSON ({exc})") from exc
+    if not isinstance(loaded, Mapping):
+        raise SweepError(f"{path}: a sweep is a mapping of keys, got {type(loaded).__name__}")
+    try:
+        return expand(loaded)
+    except SweepError as exc:
+        raise SweepError(f"{path}: {exc}") from exc
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+def run_all(
+    specs: Sequence[RunSpec],
+    workers: int,
+    runner: Runner = engine_runner,
+    progress: Callable[[float], None] | None = None,
+) -> list[RunResult]:
+    """Every spec's result, in spec order; ``progress`` gets the fraction of runs finished.
+
+    ``workers=1`` runs in this process (easy to debug, no pickling); more uses a process pool,
+    so ``runner`` must be a module-level function. The first failure cancels the runs not yet
+    started and raises ``RunFailed`` naming the spec.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    report = progress or (lambda _fraction: None)
+    results: list[RunResult | None] = [None] * len(specs)
+    if workers == 1 or len(specs) <= 1:
+        for i, spec in enumerate(specs):
+            results[i] = _run_one(runner, i, spec)
+            report((i + 1) / len(specs))
+    else:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)))
+        try:
+            pending = {pool.submit(runner, spec): i for i, spec in enumerate(specs)}
+            _drain(pending, specs, results, report)
+        except BaseException:
+            _abandon(pool)
+            raise
+        pool.shutdown()
+    return [r for r in results if r is not None]
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool after a failure without waiting for the runs still going (they can take
+    many minutes, and their results would be thrown away)."""
+    workers = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+
+
+def _run_one(runner: Runner, index: int, spec: RunSpec) -> RunResult:
+    try:
+        return runner(spec)
+    except Exception as exc:
+        raise RunFailed(index, spec, exc) from exc
+
+
+def _drain(
+    pending: dict[Future[RunResult], int],
+    specs: Sequence[RunSpec],
+    results: list[RunResult | None],
+    report: Callable[[float], None],
+) -> None:
+    done_count, waiting = 0, set(pending)
+    while waiting:
+        done, waiting = wait(waiting, return_when=FIRST_EXCEPTION)
+        for future in sorted(done, key=pending.__getitem__):
+            i = pending[future]
+            if (exc := future.exception()) is not None:
+                raise RunFailed(i, specs[i], exc) from exc
+            results[i] = future.result()
+            done_count += 1
+        report(done_count / len(specs))
+
+
+# --- one index of an Indexed Job, and gathering the indexes ------------------------------
+
+
+def specs_json(specs: Sequence[RunSpec]) -> str:
+    """The specs as the canonical JSON list that ``run_index`` reads."""
+    return canonical_json([s.model_dump(mode="json") for s in specs])
+
+
+def read_specs(path: str | Path) -> list[RunSpec]:
+    loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(loaded, list):
+        raise SweepError(f"{path}: expected a JSON list of run specs")
+    return [RunSpec.model_validate(item) for item in loaded]
+
+
+def run_index(
+    specs_path: str | Path, index: int, out_dir: str | Path, runner: Runner = engine_runner
+) -> Path:
+    """Run spec ``index`` of the file and write ``run-<index:05d>.json`` atomically (a temp
+    file in the same folder, then a rename), so a pod killed mid-write leaves no half file
+    that ``collect`` would take for a result."""
+    specs = read_specs(specs_path)
+    if not 0 <= index < len(specs):
+        raise SweepError(f"index {index} is outside 0..{len(specs) - 1} of {specs_path}")
+    result = _run_one(runner, index, specs[index])
+    return write_atomically(run_file(out_dir, index), result_json(result))
+
+
+# --- the Indexed Job ---------------------------------------------------------------------
+
+CONFIGMAP_LIMIT_BYTES = 1_000_000
+"""A ConfigMap holds at most 1 MiB; the specs.json must fit with room for the metadata."""
+RUN_AS = 65532
+"""The image's non-root user and group (the Dockerfile's ``USER``)."""
+INDEX_ENV = "JOB_COMPLETION_INDEX"
+RUN_INDEX = "joulie simulate run-index --specs /config/specs.json --index"
+
+
+def indexed_job(
+    specs: Sequence[RunSpec],
+    *,
+    image: str,
+    namespace: str,
+    name: str,
+    results_claim: str | None,
+    parallelism: int | None = None,
+) -> list[dict[str, Any]]:
+    """A ConfigMap ``<name>-specs`` holding ``specs.json`` and an Indexed Job ``<name>`` whose
+    pod ``i`` runs spec ``i`` and writes ``run-<i:05d>.json`` to the results volume.
+
+    The index reaches the command as ``--index $(JOB_COMPLETION_INDEX)``: the variable is
+    declared in the container from the pod's completion-index annotation, so Kubernetes expands
+    it in the command whatever the Job controller adds itself. Results go to the
+    PersistentVolumeClaim ``results_claim``; ``None`` puts them on an emptyDir, which vanishes
+    with each pod and so is only good for trying the Job out.
+    """
+    if not specs:
+        raise SweepError("an Indexed Job needs at least one spec")
+    data = specs_json(specs)
+    if len(data.encode()) > CONFIGMAP_LIMIT_BYTES:
+        raise SweepError(
+            f"specs.json is {len(data.encode())} bytes, over a ConfigMap's "
+            f"{CONFIGMAP_LIMIT_BYTES}: split the sweep into several Jobs"
+        )
+    labels = {"app.kubernetes.io/name": "joulie-simulate", "app.kubernetes.io/instance": name}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-specs", "namespace": namespace, "labels": labels},
+        "data": {"specs.json": data},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": len(specs),
+            "parallelism": min(len(specs), 16) if parallelism is None else parallelism,
+            "backoffLimitPerIndex": 1,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": _pod_spec(image, f"{name}-specs", results_claim),
+            },
+        },
+    }
+    return [config_map, job]
+
+
+def _pod_spec(image: str, config_map: str, results_claim: str | None) -> dict[str, Any]:
+    results: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": results_claim}}
+        if results_claim
+        else {"emptyDir": {}}
+    )
+    index_field = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    container = {
+        "name": "simulate",
+        "image": image,
+        "command": [*RUN_INDEX.split(), f"$({INDEX_ENV})", "--output", "/results"],
+        "env": [{"name": INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": index_field}}}],
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "specs", "mountPath": "/config", "readOnly": True},
+            {"name": "results", "mountPath": "/results"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,  # so the non-root user can write the claim's files
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "specs", "configMap": {"name": config_map}},
+            {"name": "results", **results},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+
+
+def manifests_yaml(objs: Sequence[Mapping[str, Any]]) -> str:
+    """The objects as one multi-document YAML stream, ready for ``kubectl apply -f -``."""
+    return yaml.safe_dump_all([dict(o) for o in objs], sort_keys=False, explicit_start=True)
