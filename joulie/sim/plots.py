@@ -1,9 +1,10 @@
 """The simulator's three charts as small PNG files.
 
-matplotlib is imported inside each function (with the Agg backend, which needs no display), so
-that ``joulie`` and its other subcommands start without paying for it. A sweep can have many
-scenarios: the per-scenario charts draw the first ``MAX_PANELS`` (sorted by name) and say in
-the title how many were left out, rather than producing an unreadable wall of panels.
+matplotlib is imported inside each function, so that ``joulie`` and its other subcommands start
+without paying for it; the charts are bare ``Figure`` objects rendered by Agg (no display).
+
+A sweep can have many scenarios: the per-scenario charts draw the first ``MAX_PANELS`` (sorted
+by name) and say in the title how many were left out, rather than an unreadable wall of panels.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
 def _figure(width: float, height: float) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    # A bare Figure (not pyplot) keeps no global state between calls or threads.
+    # A bare Figure (no pyplot) draws its PNG with the Agg renderer without selecting a global
+    # backend, so it needs no display and leaves a caller's own pyplot backend alone.
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
