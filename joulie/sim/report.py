@@ -129,8 +129,8 @@ def comparison_table(results: Iterable[RunResult]) -> str:
     body = [line(row) for row in rows[1:]]
     notes = [
         "",
-        "mean ± sd over seeds; saving %: facility energy against baseline A (ref) of the "
-        "same scenario and seed; makespan '-': some run left work unfinished",
+        "mean ± sd over seeds; saving %: facility energy against baseline A (ref),",
+        "same scenario and seed; makespan -: some run left work unfinished",
     ]
     return "\n".join([line(rows[0]), rule, *body, *notes]) + "\n"
 
