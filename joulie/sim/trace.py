@@ -324,10 +324,16 @@ def _ordered(workloads: Iterable[Workload]) -> Iterator[Workload]:
     return iter(sorted(workloads, key=lambda w: (w.submit_s, w.id)))
 
 
+# Characters that str.splitlines() and some editors take for line breaks, which orjson leaves
+# raw inside strings: escaped, a record stays on its one line for any reader.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def dump_trace(workloads: Iterable[Workload]) -> str:
     """The trace text of ``workloads``: one line each, sorted by (submit_s, id), so the same
     workloads always give the same bytes whatever order they come in."""
-    return "".join(orjson.dumps(workload_record(w)).decode() + "\n" for w in _ordered(workloads))
+    text = "".join(orjson.dumps(workload_record(w)).decode() + "\n" for w in _ordered(workloads))
+    return text.translate(_LINE_BREAKS)
 
 
 def write_trace(workloads: Iterable[Workload], stream: IO[str]) -> None:
@@ -342,7 +348,10 @@ UPSTREAM_UNITS_PER_SECOND = 2.0
 """Work units one requested core (or GPU) completes per second at full speed upstream."""
 UPSTREAM_GPU_SHARE = 0.8
 """Of a GPU job's run time, the share that follows the GPU clock (times upstream's GPU
-sensitivity); the rest of it, times the CPU sensitivity, follows the CPU clock."""
+sensitivity)."""
+UPSTREAM_CPU_SHARE = 0.2
+"""Of a GPU job's run time, the share that follows the CPU clock (times upstream's CPU
+sensitivity): the host side feeding the GPUs. The two shares sum to 1."""
 _UPSTREAM_DEFAULT_MEMORY = 64 << 20  # upstream's injected pods ask for 64Mi without a request
 _GPU_ALIASES = {"gpu": "nvidia.com/gpu"}
 # Upstream's utilisation defaults by workload class.
@@ -442,9 +451,7 @@ def _upstream_pod(job: _UpstreamJobRecord, where: str) -> Workload:
         raise InvalidWorkload("work", "cpuUnits and gpuUnits leave nothing to run")
     sens = job.sensitivity
     cpu_sens, gpu_sens = (
-        ((1 - UPSTREAM_GPU_SHARE) * sens.cpu, UPSTREAM_GPU_SHARE * sens.gpu)
-        if gpus
-        else (sens.cpu, 0.0)
+        (UPSTREAM_CPU_SHARE * sens.cpu, UPSTREAM_GPU_SHARE * sens.gpu) if gpus else (sens.cpu, 0.0)
     )
     profile, classes = job.workloadProfile, job.workloadClass
     cpu_util = profile.cpuUtilization
