@@ -81,11 +81,10 @@ class GeneratorOptions:
     diurnal_trough_ratio: float = 0.2
     """``diurnal``: the lowest rate as a share of the highest."""
     burst_share: float = 0.25
-    """``bursts``: share of the arrivals that come in bursts."""
-    burst_min: int = 20
-    """``bursts``: fewest jobs in one burst."""
-    burst_max: int = 80
-    """``bursts``: most jobs in one burst."""
+    """``bursts``: share of the arrivals that come in bursts. Burst sizes follow from it, so
+    a burst is as sudden on a 5,000-node inventory as on a 41-node one."""
+    bursts_per_day: float = 4.0
+    """``bursts``: mean number of bursts a day (at least one burst in any run)."""
     burst_window_s: float = 300.0
     """``bursts``: seconds over which one burst's jobs arrive."""
 
@@ -104,8 +103,7 @@ class GeneratorOptions:
         for name in ("batch_priority", "default_priority", "urgent_priority"):
             _integer(name, getattr(self, name))
         _number("diurnal_peak_hour", self.diurnal_peak_hour, low=0.0, high=24.0)
-        _integer("burst_min", self.burst_min, low=1)
-        _integer("burst_max", self.burst_max, low=self.burst_min)
+        _number("bursts_per_day", self.bursts_per_day, low=0.0, low_open=True)
         _number("burst_window_s", self.burst_window_s, low=0.0)
 
     @classmethod
@@ -279,8 +277,8 @@ class _Jobs:
     memory_bytes: IntArray
     work_s: FloatArray
 
-    def take(self, n: int) -> _Jobs:
-        return _Jobs(*(getattr(self, f.name)[:n] for f in fields(self)))
+    def select(self, index: IntArray) -> _Jobs:
+        return _Jobs(*(getattr(self, f.name)[index] for f in fields(self)))
 
     @staticmethod
     def concat(parts: Sequence[_Jobs]) -> _Jobs:
@@ -338,9 +336,11 @@ def _work(part: _Part, jobs: _Jobs) -> FloatArray:
 
 
 def _fill(rng: np.random.Generator, part: _Part, options: GeneratorOptions, budget: float) -> _Jobs:
-    """Draw jobs until their work reaches ``budget``; the last one is kept when that lands
-    closer to the budget than stopping before it."""
+    """Draw jobs until their work reaches ``budget``, then close the gap with later draws that
+    still fit in it: one twelve-hour gang can be most of a small cluster's budget, so stopping
+    at the first job that crosses it would miss the target by that much."""
     weights = np.array([getattr(options, KINDS[k].share_option) for k in part.kinds])
+    weights = weights / weights.sum()
     chunks: list[_Jobs] = []
     total, n = 0.0, 256
     while total < budget:
@@ -349,12 +349,20 @@ def _fill(rng: np.random.Generator, part: _Part, options: GeneratorOptions, budg
         chunks.append(chunk)
         total += float(work.sum())
         n = max(64, math.ceil((budget - total) / float(work.mean()) * 1.1))
+    chunks.append(_draw(rng, part, weights, 256))  # candidates for the gap
     jobs = _Jobs.concat(chunks)
-    cumulative = np.cumsum(_work(part, jobs))
-    last = int(np.searchsorted(cumulative, budget))  # first index reaching the budget
-    before = float(cumulative[last - 1]) if last else 0.0
-    keep = last + 1 if cumulative[last] - budget < budget - before else last
-    return jobs.take(keep)
+    work = _work(part, jobs)
+    cumulative = np.cumsum(work)
+    crossing = int(np.searchsorted(cumulative, budget))  # the first job reaching the budget
+    gap = budget - (float(cumulative[crossing - 1]) if crossing else 0.0)
+    keep = list(range(crossing))
+    for index in range(crossing, len(work)):
+        if gap < 0.01 * budget:
+            break
+        if work[index] <= gap:
+            keep.append(index)
+            gap -= float(work[index])
+    return jobs.select(np.array(keep, dtype=np.int64))
 
 
 # --- arrival times ---------------------------------------------------------------------------
@@ -394,14 +402,10 @@ def _bursts(
     rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
 ) -> FloatArray:
     in_bursts = round(n * options.burst_share)
-    sizes = rng.integers(
-        options.burst_min, options.burst_max + 1, in_bursts // options.burst_min + 1
-    )
-    ends = np.cumsum(sizes)
-    count = int(np.searchsorted(ends, in_bursts)) + 1 if in_bursts else 0
-    sizes = sizes[:count]
-    if count:
-        sizes[-1] -= int(ends[count - 1]) - in_bursts  # the last burst takes what is left
+    count = max(1, int(rng.poisson(options.bursts_per_day * horizon_s / 86400.0)))
+    # Bursts of uneven size: each takes a share between 1 and 3 parts of the burst arrivals.
+    weights = rng.uniform(1.0, 3.0, count)
+    sizes = rng.multinomial(in_bursts, weights / weights.sum())
     window = min(options.burst_window_s, horizon_s)
     starts = rng.uniform(0.0, horizon_s - window, count)
     burst_times = np.repeat(starts, sizes) + rng.uniform(0.0, window, in_bursts)
@@ -453,6 +457,8 @@ def _workloads(
     depend on the part (class, priority, disruption, sensitivities, utilisations)."""
     kind = jobs.kind
     n = len(kind)
+    if n == 0:
+        return []
     weight = np.array([k.perf_weight for k in KINDS])[kind]
     performance = rng.random(n) < options.perf_ratio * weight / weight.mean()
     uses_gpu = jobs.gpus > 0
@@ -464,7 +470,6 @@ def _workloads(
     cpu_util = np.round(_uniform(rng, "cpu_util", kind), 3)
     gpu_util = np.round(_uniform(rng, "gpu_util", kind), 3)
     names = np.array([k.name for k in KINDS], dtype=object)
-    disruption = np.where(gang_all, DisruptionMode.ALL, DisruptionMode.SINGLE)
     width = max(6, len(str(n)))
     ids = [f"w{number:0{width}d}" for number in range(1, n + 1)]
     pods = jobs.pods[order].tolist()
@@ -477,7 +482,7 @@ def _workloads(
         pods,
         performance[order].tolist(),
         priority[order].tolist(),
-        disruption[order].tolist(),
+        [DisruptionMode.ALL if x else DisruptionMode.SINGLE for x in gang_all[order].tolist()],
         (jobs.cores[order] * 1000).tolist(),
         jobs.memory_bytes[order].tolist(),
         jobs.gpus[order].tolist(),
