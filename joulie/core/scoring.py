@@ -86,6 +86,7 @@ __all__ = [
     "node_terms",
     "score",
     "score_breakdown",
+    "terms_of",
 ]
 
 NEUTRAL_SCORE: Final = 50.0
@@ -172,25 +173,50 @@ def node_terms(
     Non-finite figures count as missing.
     """
     measurement = twin.power_measurement if twin is not None else None
-    measured = capped = trend = 0.0
-    if measurement is not None:
-        measured = _finite(measurement.measured_node_power_w) or 0.0
-        capped = max(0.0, _finite(measurement.node_capped_power_w) or 0.0)
-        trend = _finite(measurement.power_trend_w_per_min) or 0.0
-    headroom = _finite(twin.predicted_power_headroom_score) if twin is not None else None
+    return terms_of(
+        schedulable_class=twin.schedulable_class if twin is not None else None,
+        measured_w=measurement.measured_node_power_w if measurement is not None else None,
+        capped_w=measurement.node_capped_power_w if measurement is not None else None,
+        trend_w_per_min=measurement.power_trend_w_per_min if measurement is not None else None,
+        headroom_score=twin.predicted_power_headroom_score if twin is not None else None,
+        cooling_stress=twin.predicted_cooling_stress_score if twin is not None else None,
+        has_measurement=measurement is not None,
+        power=node_power_profile(hardware),
+        fresh=fresh,
+    )
+
+
+def terms_of(
+    *,
+    schedulable_class: SchedulableClass | None,
+    measured_w: float | None,
+    capped_w: float | None,
+    trend_w_per_min: float | None,
+    headroom_score: float | None,
+    cooling_stress: float | None,
+    has_measurement: bool,
+    power: NodePowerProfile | None,
+    fresh: bool,
+) -> NodeTerms:
+    """:func:`node_terms` from the twin's figures as plain values (None: absent), for a caller
+    that holds them without a parsed status (the standalone simulator)."""
+    measured = _finite(measured_w) or 0.0
+    capped = max(0.0, _finite(capped_w) or 0.0)
+    trend = _finite(trend_w_per_min) or 0.0
+    headroom = _finite(headroom_score)
     if headroom is None and capped > 0.0:
         headroom = min(MAX_SCORE, (capped - measured) / capped * 100.0)
-    cooling = _finite(twin.predicted_cooling_stress_score) if twin is not None else None
+    cooling = _finite(cooling_stress)
     return NodeTerms(
-        schedulable_class=twin.schedulable_class if twin is not None else None,
+        schedulable_class=schedulable_class,
         fresh=fresh and headroom is not None,
         measured_w=measured,
         capped_w=capped,
         headroom_score=headroom if headroom is not None else 0.0,
         cooling_stress=min(max(cooling or 0.0, 0.0), MAX_SCORE),
         trend_w_per_min=trend,
-        has_measurement=measurement is not None,
-        power=node_power_profile(hardware),
+        has_measurement=has_measurement,
+        power=power,
     )
 
 

@@ -72,9 +72,11 @@ class RunResult:
     it_energy_kwh: float
     facility_energy_kwh: float
     makespan_s: float | None
-    """First submission to last completion; None when some workload never finished."""
+    """First submission to last completion; None when a workload that could run had not
+    finished at the time limit."""
     completed: int
     unfinished: int
+    """Workloads still pending or running when the run stopped at its time limit."""
     throughput_per_h: float
     """Completed workloads per simulated hour."""
     preemptions: int
@@ -84,6 +86,12 @@ class RunResult:
     profile_shares: Mapping[str, Mapping[str, float]]
     """Hardware family -> share of its node-time spent as performance, eco and draining."""
     series: Sequence[Sample] = field(default_factory=tuple)
+    unplaceable: int = 0
+    """Workloads that fit nowhere even on the empty cluster (they would stay pending forever,
+    so they are counted here and not waited for)."""
+    misplaced_performance_pods: int = 0
+    """Performance pods started on a node the extender refuses them (eco or draining): must be
+    0 whenever Joulie runs."""
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

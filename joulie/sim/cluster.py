@@ -1,0 +1,247 @@
+"""The standalone engine's cluster in virtual time: what runs where, what each node draws, how
+fast each workload progresses, and the energy used.
+
+Power is piecewise constant: a node's draw changes only when its pods or its controls change,
+and then it jumps to the power model's steady state (control and telemetry lags are seconds, the
+engine's events minutes apart). So energy is integrated exactly, as sums of power x time, and a
+run's figures depend only on the sequence of events, never on the host.
+
+A workload's speed is that of its slowest pod (a gang runs in lock step); a pod's speed follows
+from the clocks of its node as the power model solves them under the node's caps and presets:
+the share of its run time bound by the CPU clock stretches by 1 / cpu speed, the GPU share by
+1 / gpu speed, and the rest not at all. Nothing ever runs faster than at full clocks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from joulie.core.pod_power import PodDemand
+from joulie.core.power_model import Controls, Steady, facility, steady_state
+from joulie.kube.projections import SlimPod
+from joulie.sim.fleet import Fleet
+from joulie.sim.pods import slim_pod
+from joulie.sim.simulation import node_load
+from joulie.sim.trace import Workload
+
+__all__ = ["Cluster", "Job"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A workload's life in the run."""
+
+    index: int
+    workload: Workload
+    demand: PodDemand
+    """What the extender's power estimate reads of one of its pods."""
+    manifest: dict[str, object]
+    nodes: list[int] = field(default_factory=list)
+    """Node of each running pod (empty while pending)."""
+    remaining_s: float = 0.0
+    """Work left, in seconds at full speed, as of ``since``."""
+    speed: float = 0.0
+    since: float = 0.0
+    version: int = 0
+    """Bumped whenever the finish time changes, so stale completion events are skipped."""
+    started_at: float | None = None
+    """The latest start (a preempted workload starts over)."""
+    finished_at: float | None = None
+    preempted: int = 0
+
+    @property
+    def running(self) -> bool:
+        return bool(self.nodes)
+
+
+def pod_speed(workload: Workload, steady: Steady) -> float:
+    """How fast one pod runs on a node at ``steady`` (1.0: full speed)."""
+    cpu_share, gpu_share = workload.cpu_sensitivity, workload.gpu_sensitivity
+    if workload.gpus == 0:
+        gpu_share = 0.0
+    stretch = (1.0 - cpu_share - gpu_share) + cpu_share / steady.cpu_speed
+    if gpu_share:
+        stretch += gpu_share / steady.gpu_speed
+    return 1.0 / stretch
+
+
+class Cluster:
+    def __init__(self, fleet: Fleet, ambient_c: float, priorities: Sequence[int] = (0,)) -> None:
+        """``priorities``: every priority a workload of the run may have."""
+        n = len(fleet)
+        self.levels = {p: i for i, p in enumerate(sorted(set(priorities)))}
+        """Priority -> row of the per-priority usage below."""
+        shape = (len(self.levels), n)
+        self.level_cpu = np.zeros(shape, dtype=np.int64)
+        self.level_memory = np.zeros(shape, dtype=np.int64)
+        self.level_gpus = np.zeros(shape, dtype=np.int64)
+        """What the running pods of each priority hold on each node (what preemption could
+        free for a higher priority)."""
+        self.fleet = fleet
+        self.ambient_c = ambient_c
+        self.used_cpu = np.zeros(n, dtype=np.int64)
+        self.used_memory = np.zeros(n, dtype=np.int64)
+        self.used_gpus = np.zeros(n, dtype=np.int64)
+        self.pods_on: list[dict[int, list[SlimPod]]] = [{} for _ in range(n)]
+        """Per node: job index -> its pods there."""
+        self.performance_pods = np.zeros(n, dtype=np.int64)
+        """Running performance pods per node (the downgrade guard's count)."""
+        self.controls: list[Controls] = [Controls()] * n
+        self.steady: list[Steady] = []
+        self.node_w = np.zeros(n)
+        self.node_energy_j = np.zeros(n)
+        self._node_since = np.zeros(n)
+        for i in range(n):
+            model = fleet.model(i)
+            self.steady.append(steady_state(model.power, node_load((), 1.0, 0), Controls()))
+            self.node_w[i] = self.steady[i].node_w
+        self.it_w = float(self.node_w.sum())
+        self.peak_it_w = self.it_w
+        self.clock = 0.0
+        self.it_energy_j = 0.0
+        self.facility_energy_j = 0.0
+        self.pue = facility(ambient_c, self.it_w, self.peak_it_w)[0]
+        self.completions: list[tuple[float, int, int]] = []
+        """Heap of (finish time, job index, job version)."""
+        self.power_changed: set[int] = set()
+        """Nodes whose draw changed since the control loop last looked."""
+        self.pods_changed: set[int] = set()
+        """Nodes whose pods changed since the control loop last looked."""
+
+    # --- time ---------------------------------------------------------------------------
+
+    def advance(self, t: float) -> None:
+        """Integrate the cluster's IT and facility energy up to ``t`` (power held since the
+        last change)."""
+        dt = t - self.clock
+        if dt <= 0.0:
+            return
+        self.it_energy_j += self.it_w * dt
+        self.facility_energy_j += self.it_w * self.pue * dt
+        self.clock = t
+
+    def _set_it_w(self, watts: float) -> None:
+        self.it_w = watts
+        self.peak_it_w = max(self.peak_it_w, watts)
+        self.pue = facility(self.ambient_c, watts, self.peak_it_w)[0]
+
+    def set_ambient(self, ambient_c: float) -> None:
+        self.ambient_c = ambient_c
+        self.pue = facility(ambient_c, self.it_w, self.peak_it_w)[0]
+
+    def close(self, t: float) -> None:
+        """Account every node's energy up to ``t`` (the end of the run)."""
+        self.advance(t)
+        self.node_energy_j += self.node_w * (t - self._node_since)
+        self._node_since[:] = t
+
+    # --- nodes --------------------------------------------------------------------------
+
+    def _refresh(self, node: int, t: float) -> None:
+        """Recompute the node's steady state after its pods or controls changed at ``t``, and
+        the speed of every workload running there."""
+        model = self.fleet.model(node)
+        pods = [p for group in self.pods_on[node].values() for p in group]
+        load = node_load(pods, model.cpu_millis / 1000.0, model.gpus)
+        steady = steady_state(model.power, load, self.controls[node])
+        self.steady[node] = steady
+        watts = steady.node_w
+        old = float(self.node_w[node])
+        if watts != old:
+            self.node_energy_j[node] += old * (t - self._node_since[node])
+            self._node_since[node] = t
+            self.node_w[node] = watts
+            self._set_it_w(self.it_w + watts - old)
+            self.power_changed.add(node)
+        for index in self.pods_on[node]:
+            self._retime(self._jobs[index], t)
+
+    def set_controls(self, node: int, controls: Controls, t: float) -> None:
+        if controls != self.controls[node]:
+            self.controls[node] = controls
+            self._refresh(node, t)
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    _jobs: list[Job]
+
+    def attach(self, jobs: list[Job]) -> None:
+        self._jobs = jobs
+
+    def _retime(self, job: Job, t: float) -> None:
+        """Bring the job's progress to ``t`` and schedule its finish at its new speed."""
+        workload = job.workload
+        if job.speed > 0.0:
+            job.remaining_s = max(0.0, job.remaining_s - job.speed * (t - job.since))
+        job.since = t
+        speed = min(pod_speed(workload, self.steady[n]) for n in job.nodes)
+        # A gang that got fewer than all its pods runs proportionally slower.
+        speed *= len(job.nodes) / workload.pods
+        job.speed = speed
+        job.version += 1
+        finish = t + job.remaining_s / speed if speed > 0.0 else math.inf
+        heapq.heappush(self.completions, (finish, job.index, job.version))
+
+    def start(self, job: Job, nodes: list[int], t: float) -> None:
+        """Run ``job``'s pods on ``nodes`` (one entry per pod) from ``t``."""
+        workload = job.workload
+        job.nodes = list(nodes)
+        job.remaining_s = workload.work_s
+        job.speed = 0.0
+        job.since = t
+        job.started_at = t
+        gpus = workload.gpus if workload.gpu_resource else 0
+        touched: dict[int, None] = {}
+        level = self.levels[workload.priority]
+        for member, node in enumerate(nodes):
+            self.used_cpu[node] += workload.cpu_millis
+            self.used_memory[node] += workload.memory_bytes
+            self.used_gpus[node] += gpus
+            self.level_cpu[level, node] += workload.cpu_millis
+            self.level_memory[level, node] += workload.memory_bytes
+            self.level_gpus[level, node] += gpus
+            self.pods_on[node].setdefault(job.index, []).append(
+                slim_pod(workload, self.fleet.names[node], member)
+            )
+            if workload.performance:
+                self.performance_pods[node] += 1
+            touched[node] = None
+        for node in touched:
+            self.pods_changed.add(node)
+            self._refresh(node, t)
+
+    def stop(self, job: Job, t: float) -> None:
+        """Remove ``job``'s pods (finished or preempted) at ``t``."""
+        workload = job.workload
+        gpus = workload.gpus if workload.gpu_resource else 0
+        touched: dict[int, None] = {}
+        level = self.levels[workload.priority]
+        for node in job.nodes:
+            self.used_cpu[node] -= workload.cpu_millis
+            self.used_memory[node] -= workload.memory_bytes
+            self.used_gpus[node] -= gpus
+            self.level_cpu[level, node] -= workload.cpu_millis
+            self.level_memory[level, node] -= workload.memory_bytes
+            self.level_gpus[level, node] -= gpus
+            if workload.performance:
+                self.performance_pods[node] -= 1
+            touched[node] = None
+        job.nodes = []
+        job.speed = 0.0
+        job.version += 1
+        for node in touched:
+            del self.pods_on[node][job.index]
+            self.pods_changed.add(node)
+            self._refresh(node, t)
+
+    def max_pod_gpus(self, node: int) -> int:
+        """The most GPU units any running pod on the node uses (the sustained-preset rule)."""
+        return max((pods[0].gpus for pods in self.pods_on[node].values()), default=0)

@@ -1,0 +1,242 @@
+"""The controller manager and the node agents of the standalone engine, one reconcile at a time.
+
+Each reconcile does what the live manager does with the same ``core`` calls: the policy's plan
+(``core.policy.plan``) from the current power-profile labels and the performance pods running or
+pending; per node the downgrade guard, caps and governor presets (``core.intents.node_twin_spec``);
+the control request the agent sends for that spec (``core.enforcement.control_request``),
+applied to the virtual node as the simulator's control endpoint applies it; and the twin of
+every node whose power moved (``core.twin``), handed to the extender's score table through
+``core.scoring.terms_of``, exactly as the extender reads a twin's status.
+
+Only what changed is recomputed: the plan when the performance-pod count or a label changed, a
+node's intent when its planned profile or pods changed, a twin while its power changed within
+the trend window. The trend history is the manager's ``PowerHistory``; a node that was quiet is
+given the readings a reconcile would have taken of it (its unchanged power), so its trend equals
+what the live manager computes from one reading per reconcile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from joulie.api.enums import PolicyType, Profile, SchedulableClass
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.core.enforcement import control_request
+from joulie.core.intents import IntentConfig, node_twin_spec
+from joulie.core.policy import PlanNode, PolicyInputs, plan
+from joulie.core.score_table import ScoreTable
+from joulie.core.scoring import filter_reason, terms_of
+from joulie.core.twin import PowerHistory, TwinInput, cap_percentages, compute, status_fields
+from joulie.sim.cluster import Cluster
+from joulie.sim.fleet import Fleet
+from joulie.sim.placement import Scheduler
+from joulie.sim.simulation import apply_control
+
+__all__ = ["POWER_SOURCE", "ControlLoop"]
+
+POWER_SOURCE = "simulator"
+"""powerMeasurement.source of the simulated twins (a working source: the twins are fresh)."""
+
+
+@dataclass(slots=True)
+class _NodeState:
+    label: Profile | None = None
+    """The node's joulie.io/power-profile label (NodeTwin.spec.profile last written)."""
+    planned: Profile | None = None
+    intent_inputs: tuple[object, ...] = ()
+    spec: NodeTwinSpec | None = None
+    schedulable_class: SchedulableClass | None = None
+    last_w: float = 0.0
+    """Power at the last reading."""
+    changed_at: float | None = None
+    """When the power last moved (None: not within the trend window)."""
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        fleet: Fleet,
+        cluster: Cluster,
+        scheduler: Scheduler,
+        table: ScoreTable,
+        inputs: PolicyInputs,
+        config: IntentConfig,
+        trend_window_s: float,
+    ) -> None:
+        self.fleet = fleet
+        self.cluster = cluster
+        self.scheduler = scheduler
+        self.table = table
+        self.inputs = inputs
+        self.config = config
+        self.interval_s = inputs.reconcile_interval_s
+        self.history = PowerHistory(window_s=trend_window_s)
+        self.nodes = [_NodeState(last_w=float(w)) for w in cluster.node_w]
+        self._plan_nodes: list[PlanNode] | None = None
+        self._planned_for: int | None = None
+        self._policy_name = ""
+        self._recent: set[int] = set()
+        """Nodes whose power moved within the trend window (their twins move every reconcile)."""
+        self._reconciled = False
+        self.governor_writes = config.governor_control.value != "off"
+        self.classes_changed = False
+        """Set when a node's class changed (the engine counts classes again and clears it)."""
+        self.plans = 0
+        """Plans computed (the policy is only asked again when its inputs moved)."""
+
+    # --- the plan -----------------------------------------------------------------------
+
+    def _plan(self, perf_pods: int, t: float) -> set[int]:
+        """Ask the policy again if its inputs moved; the nodes whose planned profile changed."""
+        policy = self.inputs.policy
+        if (
+            self._plan_nodes is not None
+            and policy != PolicyType.RULE_SWAP_V1
+            and (policy == PolicyType.STATIC_PARTITION or perf_pods == self._planned_for)
+        ):
+            return set()
+        if self._plan_nodes is None:
+            self._plan_nodes = [
+                PlanNode(name, self.fleet.family(i), self.nodes[i].label)
+                for i, name in enumerate(self.fleet.names)
+            ]
+        result = plan(self._plan_nodes, self.inputs, perf_pods, t)
+        self.plans += 1
+        self._planned_for = perf_pods
+        self._policy_name = result.policy_name
+        moved: set[int] = set()
+        for i, name in enumerate(self.fleet.names):
+            profile = result.profiles[name]
+            if self.nodes[i].planned != profile:
+                self.nodes[i].planned = profile
+                moved.add(i)
+        return moved
+
+    # --- one node -----------------------------------------------------------------------
+
+    def _intent(self, node: int, t: float) -> bool:
+        """Bring the node's intent, controls and class up to date; True when its class or
+        spec changed (its twin must be recomputed)."""
+        state = self.nodes[node]
+        cluster = self.cluster
+        planned = state.planned
+        assert planned is not None
+        inputs = (planned, int(cluster.performance_pods[node]), cluster.max_pod_gpus(node))
+        if inputs == state.intent_inputs:
+            return False
+        state.intent_inputs = inputs
+        model = self.fleet.model(node)
+        name = self.fleet.names[node]
+        intent = node_twin_spec(
+            name,
+            planned,
+            active_perf_pods=inputs[1],
+            gpu_count=model.view.gpu_count,
+            hardware=model.hardware,
+            labels=model.labels,
+            catalog_gpu_range=model.view.catalog_gpu_range,
+            running_pod_max_gpus=inputs[2],
+            policy_name=self._policy_name,
+            config=self.config,
+        )
+        changed = False
+        if intent.spec != state.spec:
+            state.spec = intent.spec
+            request = control_request(
+                intent.spec, model.summary, governor_writes=self.governor_writes
+            )
+            controls, _ = apply_control(name, model.power, cluster.controls[node], request)
+            cluster.set_controls(node, controls, t)
+            if state.label != intent.spec.profile:
+                state.label = intent.spec.profile
+                self._plan_nodes = None  # the plan reads the labels
+            changed = True
+        if intent.schedulable_class != state.schedulable_class:
+            state.schedulable_class = intent.schedulable_class
+            self.classes_changed = True
+            refused = filter_reason(True, intent.schedulable_class, None) is not None
+            self.scheduler.kept_off[node] = refused
+            changed = True
+        return changed
+
+    def _twin(self, node: int, t: float) -> None:
+        state = self.nodes[node]
+        model = self.fleet.model(node)
+        assert state.spec is not None
+        assert state.schedulable_class is not None
+        cpu_pct, gpu_pct = cap_percentages(state.spec, model.twin_hardware)
+        out = compute(
+            TwinInput(
+                hardware=model.twin_hardware,
+                schedulable_class=state.schedulable_class,
+                cpu_cap_pct=cpu_pct,
+                gpu_cap_pct=gpu_pct,
+                measured_power_w=state.last_w,
+                source=POWER_SOURCE,
+                power_trend_w_per_min=self.history.trend(self.fleet.names[node]),
+            )
+        )
+        # The figures as the extender reads them back from NodeTwin.status (display precision).
+        status = status_fields(out)
+        measurement = status["powerMeasurement"]
+        self.table.set(
+            self.fleet.names[node],
+            terms_of(
+                schedulable_class=SchedulableClass(status["schedulableClass"]),
+                measured_w=measurement["measuredNodePowerW"],
+                capped_w=measurement["nodeCappedPowerW"],
+                trend_w_per_min=measurement["powerTrendWPerMin"],
+                headroom_score=status["predictedPowerHeadroomScore"],
+                cooling_stress=status["predictedCoolingStressScore"],
+                has_measurement=True,
+                power=model.power_profile,
+                fresh=True,
+            ),
+        )
+
+    def _read_power(self, node: int, t: float) -> None:
+        """One reconcile's reading of a node whose power moved since the last one."""
+        state = self.nodes[node]
+        name = self.fleet.names[node]
+        watts = float(self.cluster.node_w[node])
+        if state.changed_at is None:
+            # Quiet until now: the readings the live manager took meanwhile all said last_w.
+            steps = int(self.history.window_s // self.interval_s)
+            for k in range(steps, 0, -1):
+                self.history.record(name, t - k * self.interval_s, state.last_w)
+        state.changed_at = t
+        state.last_w = watts
+        self._recent.add(node)
+        self.history.record(name, t, watts)
+
+    # --- the reconcile ------------------------------------------------------------------
+
+    def reconcile(self, t: float, perf_pods: int) -> None:
+        cluster = self.cluster
+        dirty = self._plan(perf_pods, t) | cluster.pods_changed
+        cluster.pods_changed.clear()
+        twins: set[int] = set()
+        for node in sorted(dirty):
+            if self._intent(node, t):
+                twins.add(node)
+        for node in sorted(cluster.power_changed):
+            self._read_power(node, t)
+        cluster.power_changed.clear()
+        quiet_after = self.history.window_s + self.interval_s
+        for node in sorted(self._recent):
+            state = self.nodes[node]
+            assert state.changed_at is not None
+            if t - state.changed_at > quiet_after:
+                state.changed_at = None  # every reading in the window is the same: trend 0
+                self._recent.discard(node)
+            elif state.changed_at < t:
+                self.history.record(self.fleet.names[node], t, state.last_w)
+            twins.add(node)
+        if not self._reconciled:
+            twins = set(range(len(self.fleet)))
+            self._reconciled = True
+        for node in sorted(twins):
+            self._twin(node, t)
+
+    def class_of(self, node: int) -> SchedulableClass | None:
+        return self.nodes[node].schedulable_class

@@ -1,0 +1,364 @@
+"""The standalone simulator's engine: a cluster of virtual nodes in virtual time, driven by
+events (arrivals, completions, the manager's reconciles), with every decision made by the
+functions the live roles run.
+
+The loop jumps from event to event. At each moment it finishes the workloads due, takes in the
+arrivals, lets the manager reconcile when one is due (baselines B and C), and then runs a
+scheduling pass over the pending queue (priority first, then submission order), as
+kube-scheduler's queue does. A pod that could not be placed is tried again only on the nodes
+that changed since (freed room, a node taken out of eco): every other node was already found
+unable to take it, exactly as kube-scheduler only requeues unschedulable pods on cluster events
+that could make them fit. A workload that does not fit may preempt lower-priority ones
+(``joulie.sim.preempting``).
+
+Baseline A runs the same trace without Joulie: no manager, no caps, no extender, and pods'
+workload classes mean nothing to the scheduler.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from joulie.api.enums import SchedulableClass
+from joulie.api.inventory import Inventory
+from joulie.core.intents import IntentConfig
+from joulie.core.pod_power import pod_demand
+from joulie.core.policy import PolicyInputs
+from joulie.core.score_table import ScoreTable
+from joulie.hardware.catalog import Catalog
+from joulie.sim.cluster import Cluster, Job
+from joulie.sim.control_loop import ControlLoop
+from joulie.sim.fleet import Fleet, build_fleet
+from joulie.sim.placement import Scheduler
+from joulie.sim.pods import pod_manifest
+from joulie.sim.preempting import plan_preemption
+from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample
+from joulie.sim.trace import Workload
+
+__all__ = ["Scenario", "simulate"]
+
+Progress = Callable[[float], None]
+
+_CLASSES = ("performance", "eco", "draining")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    baseline: str
+    seed: int
+    inventory: Inventory
+    workloads: Sequence[Workload]
+    catalog: Catalog
+    policy: PolicyInputs | None
+    """The manager's policy settings; None: no Joulie at all (baseline A)."""
+    config: IntentConfig = field(default_factory=IntentConfig)
+    limit_s: float = math.inf
+    sample_s: float = 300.0
+    ambient_c: float = 22.0
+    trend_window_s: float = 300.0
+    tick_s: float = 60.0
+    """Reconcile interval when there is no policy (the engine still ticks, so A and B/C cut
+    time into the same intervals)."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """Everything one run changes."""
+
+    jobs: list[Job]
+    pending: list[tuple[int, float, int]] = field(default_factory=list)
+    """Sorted (-priority, submit time, job index)."""
+    tried: set[int] = field(default_factory=set)
+    """Pending jobs already tried against every node."""
+    changed_nodes: set[int] = field(default_factory=set)
+    pending_perf_pods: int = 0
+    running_perf_pods: int = 0
+    preempted_pods: int = 0
+    preemptions: int = 0
+    violations: int = 0
+    completed: int = 0
+    running: int = 0
+    unplaceable: int = 0
+    """Workloads that could not run even on the empty cluster (never queued)."""
+    samples: list[Sample] = field(default_factory=list)
+    shares: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, scenario: Scenario, progress: Progress | None = None) -> None:
+        self.scenario = scenario
+        self.progress = progress
+        self.fleet: Fleet = build_fleet(scenario.inventory, scenario.catalog, scenario.config)
+        priorities = {w.priority for w in scenario.workloads} | {0}
+        self.cluster = Cluster(self.fleet, scenario.ambient_c, sorted(priorities))
+        joulie = scenario.policy is not None
+        self.table = ScoreTable(capacity=len(self.fleet) + 1) if joulie else None
+        self.scheduler = Scheduler(self.fleet, self.cluster, self.table)
+        self.loop: ControlLoop | None = None
+        if scenario.policy is not None and self.table is not None:
+            self.loop = ControlLoop(
+                self.fleet,
+                self.cluster,
+                self.scheduler,
+                self.table,
+                scenario.policy,
+                scenario.config,
+                scenario.trend_window_s,
+            )
+        workloads = sorted(scenario.workloads, key=lambda w: (w.submit_s, w.id))
+        jobs = []
+        for index, w in enumerate(workloads):
+            manifest = pod_manifest(w, joulie_aware=joulie)
+            jobs.append(Job(index, w, pod_demand(manifest), manifest))
+        self.run = _Run(jobs)
+        self.cluster.attach(jobs)
+        self.tick_s = scenario.policy.reconcile_interval_s if scenario.policy else scenario.tick_s
+        self.families = sorted({self.fleet.family(i) for i in range(len(self.fleet))})
+        self.run.shares = {f: np.zeros(3) for f in self.families}
+        self._family_of = [
+            self.families.index(self.fleet.family(i)) for i in range(len(self.fleet))
+        ]
+
+    # --- the queue ----------------------------------------------------------------------
+
+    def _enqueue(self, job: Job) -> None:
+        w = job.workload
+        bisect.insort(self.run.pending, (-w.priority, w.submit_s, job.index))
+        self.run.tried.discard(job.index)
+        if w.performance:
+            self.run.pending_perf_pods += w.pods
+
+    def _dequeue(self, position: int) -> None:
+        _, _, index = self.run.pending.pop(position)
+        self.run.tried.discard(index)
+        w = self.run.jobs[index].workload
+        if w.performance:
+            self.run.pending_perf_pods -= w.pods
+
+    def _start(self, job: Job, nodes: list[int], t: float) -> None:
+        if self.table is not None and job.workload.performance:
+            refused = self.scheduler.kept_off[nodes]
+            self.run.violations += int(refused.sum())
+        self.cluster.start(job, nodes, t)
+        self.run.running += 1
+        if job.workload.performance:
+            self.run.running_perf_pods += len(nodes)
+
+    def _stop(self, job: Job, t: float) -> None:
+        if job.workload.performance:
+            self.run.running_perf_pods -= len(job.nodes)
+        self.run.changed_nodes.update(job.nodes)
+        self.cluster.stop(job, t)
+        self.run.running -= 1
+
+    # --- one pass -----------------------------------------------------------------------
+
+    def _schedule(self, t: float) -> None:
+        run = self.run
+        changed = np.fromiter(sorted(run.changed_nodes), dtype=np.intp)
+        run.changed_nodes.clear()
+        position = 0
+        while position < len(run.pending):
+            index = run.pending[position][2]
+            job = run.jobs[index]
+            retry = index in run.tried
+            if retry and changed.size == 0:
+                position += 1  # nothing changed since it was found unable to fit anywhere
+                continue
+            # A gang needs several nodes at once: once room was freed anywhere it is tried
+            # whole, like a new arrival; a lone pod only on the nodes that changed.
+            nodes = self.scheduler.place(job, changed if retry and not job.workload.gang else None)
+            if nodes is None and not retry:
+                nodes = self._preempt(job, t)
+            if nodes is None:
+                run.tried.add(index)
+                position += 1
+                continue
+            self._dequeue(position)
+            self._start(job, nodes, t)
+
+    def _preempt(self, job: Job, t: float) -> list[int] | None:
+        plan = plan_preemption(job, self.cluster, self.scheduler, self.run.jobs)
+        if plan is None:
+            return None
+        for victim in plan.victims:
+            self.run.preemptions += 1
+            self.run.preempted_pods += len(victim.nodes)
+            victim.preempted += 1
+            self._stop(victim, t)
+            self._enqueue(victim)
+        return plan.nodes
+
+    # --- time ---------------------------------------------------------------------------
+
+    def _next_completion(self) -> float:
+        heap = self.cluster.completions
+        jobs = self.run.jobs
+        while heap:
+            finish, index, version = heap[0]
+            if jobs[index].version == version and jobs[index].running:
+                return finish
+            heapq.heappop(heap)
+        return math.inf
+
+    def _complete_due(self, t: float) -> None:
+        heap = self.cluster.completions
+        jobs = self.run.jobs
+        while heap and heap[0][0] <= t:
+            _, index, version = heapq.heappop(heap)
+            job = jobs[index]
+            if job.version != version or not job.running:
+                continue
+            self._stop(job, t)
+            job.finished_at = t
+            self.run.completed += 1
+
+    def _count_classes(self) -> np.ndarray:
+        counts = np.zeros((len(self.families), 3))
+        for node in range(len(self.fleet)):
+            cls = self.loop.class_of(node) if self.loop is not None else None
+            column = 0 if cls in (None, SchedulableClass.PERFORMANCE) else _CLASSES.index(str(cls))
+            counts[self._family_of[node], column] += 1
+        return counts
+
+    def simulate(self) -> RunResult:
+        s = self.scenario
+        run = self.run
+        jobs = run.jobs
+        cluster = self.cluster
+        arrival = 0
+        next_tick = 0.0
+        next_sample = 0.0
+        t = 0.0
+        counts = self._count_classes()
+        total = len(jobs)
+        last_progress = -1.0
+        while True:
+            t_next = min(
+                jobs[arrival].workload.submit_s if arrival < total else math.inf,
+                self._next_completion(),
+                next_tick,
+            )
+            if run.completed + run.unplaceable == total or t_next > s.limit_s:
+                break
+            dt = t_next - t
+            if dt > 0:
+                for family, row in zip(self.families, counts, strict=True):
+                    run.shares[family] += row * dt
+            cluster.advance(t_next)
+            t = t_next
+            self._complete_due(t)
+            while arrival < total and jobs[arrival].workload.submit_s <= t:
+                if self.scheduler.ever_fits(jobs[arrival]):
+                    self._enqueue(jobs[arrival])
+                else:
+                    run.unplaceable += 1
+                arrival += 1
+            if t >= next_tick:
+                if self.loop is not None:
+                    before = self.scheduler.kept_off.copy()
+                    self.loop.reconcile(t, run.pending_perf_pods + run.running_perf_pods)
+                    opened = np.flatnonzero(before & ~self.scheduler.kept_off)
+                    run.changed_nodes.update(int(n) for n in opened)
+                    if self.loop.classes_changed:
+                        counts = self._count_classes()
+                        self.loop.classes_changed = False
+                if t >= next_sample:
+                    self._sample_at(t, counts)
+                    next_sample += s.sample_s
+                next_tick += self.tick_s
+            self._schedule(t)
+            if self.progress is not None and total:
+                fraction = run.completed / total
+                if fraction - last_progress >= 0.01:
+                    last_progress = fraction
+                    self.progress(fraction)
+        end = min(t, s.limit_s) if run.completed < total else t
+        cluster.close(end)
+        self._sample_at(end, counts)
+        return self._result(end)
+
+    def _sample_at(self, t: float, counts: np.ndarray) -> None:
+        c = self.cluster
+        totals = counts.sum(axis=0)
+        self.run.samples.append(
+            Sample(
+                t_s=t,
+                it_w=c.it_w,
+                facility_w=c.it_w * c.pue,
+                pue=c.pue,
+                running=self.run.running,
+                pending=len(self.run.pending),
+                performance_nodes=int(totals[0]),
+                eco_nodes=int(totals[1]),
+                draining_nodes=int(totals[2]),
+            )
+        )
+
+    # --- the result ---------------------------------------------------------------------
+
+    def _result(self, end: float) -> RunResult:
+        s = self.scenario
+        run = self.run
+        classes: dict[str, ClassResult] = {}
+        for name, performance in (("performance", True), ("standard", False)):
+            mine = [j for j in run.jobs if j.workload.performance == performance]
+            done = [j for j in mine if j.finished_at is not None]
+            completion = [j.finished_at - j.workload.submit_s for j in done]  # type: ignore[operator]
+            slowdown = [c / j.workload.work_s for c, j in zip(completion, done, strict=True)]
+            stretch = [
+                (j.finished_at - j.started_at) / j.workload.work_s  # type: ignore[operator]
+                for j in done
+            ]
+            classes[name] = ClassResult(
+                submitted=len(mine),
+                completed=len(done),
+                completion_s=Percentiles.of(completion),
+                slowdown=Percentiles.of(slowdown),
+                stretch=Percentiles.of(stretch),
+            )
+        finished = [j.finished_at for j in run.jobs if j.finished_at is not None]
+        first = min((j.workload.submit_s for j in run.jobs), default=0.0)
+        unfinished = len(run.jobs) - len(finished) - run.unplaceable
+        makespan = (max(finished) - first) if finished and not unfinished else None
+        shares = {}
+        for family, row in run.shares.items():
+            whole = float(row.sum())
+            shares[family] = {
+                cls: (float(v) / whole if whole > 0 else 0.0)
+                for cls, v in zip(_CLASSES, row, strict=True)
+            }
+        hours = end / 3600.0
+        return RunResult(
+            scenario=s.name,
+            baseline=s.baseline,
+            seed=s.seed,
+            nodes=len(self.fleet),
+            workloads=len(run.jobs),
+            simulated_s=end,
+            it_energy_kwh=self.cluster.it_energy_j / 3.6e6,
+            facility_energy_kwh=self.cluster.facility_energy_j / 3.6e6,
+            makespan_s=makespan,
+            completed=len(finished),
+            unfinished=unfinished,
+            throughput_per_h=len(finished) / hours if hours > 0 else 0.0,
+            preemptions=run.preemptions,
+            preempted_pods=run.preempted_pods,
+            classes=classes,
+            profile_shares=shares,
+            series=tuple(run.samples),
+            misplaced_performance_pods=run.violations,
+            unplaceable=run.unplaceable,
+        )
+
+
+def simulate(scenario: Scenario, progress: Progress | None = None) -> RunResult:
+    """Run ``scenario`` to the end (every workload finished, or its time limit)."""
+    return Engine(scenario, progress).simulate()

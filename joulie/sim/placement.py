@@ -1,0 +1,152 @@
+"""The standalone engine's scheduler: kube-scheduler's resource fit and resource scoring with the
+Joulie extender's filter and priorities, over numpy columns of the whole fleet.
+
+* Filter: a node fits a pod when its free CPU, memory and GPUs of the pod's GPU resource cover
+  the requests (NodeResourcesFit); with Joulie on, a performance pod is also kept off the nodes
+  the extender refuses (their twin's class, decided by ``joulie.core.scoring.filter_reason``).
+* Score: NodeResourcesFit's least-allocated score plus NodeResourcesBalancedAllocation (0-100
+  each, weight 1, kube-scheduler's defaults), plus the extender's 0..10 priority from the score
+  table (``joulie.core.score_table``, the table the extender serves) x its weight x 10, as
+  kube-scheduler adds an extender's priorities. The highest total wins; ties go to the first
+  node in inventory order, so a run is repeatable.
+* A gang (PodGroup) places its pods one by one as above and counts as placed once ``min_count``
+  of them fit; otherwise nothing of it is placed.
+
+kube-scheduler scores a sample of the feasible nodes on large clusters
+(percentageOfNodesToScore); the engine scores them all, which only makes it choose better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from joulie.core.score_table import ScoreTable
+from joulie.sim.cluster import Cluster, Job
+from joulie.sim.fleet import Fleet
+
+__all__ = ["EXTENDER_WEIGHT", "Scheduler"]
+
+EXTENDER_WEIGHT = 5
+"""The extender's weight in the example kube-scheduler configuration of manifests/extender."""
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.intp]
+
+
+class Scheduler:
+    def __init__(self, fleet: Fleet, cluster: Cluster, table: ScoreTable | None) -> None:
+        """``table`` is the extender's score table; None runs without the extender (and without
+        its filter: baseline A)."""
+        self.fleet = fleet
+        self.cluster = cluster
+        self.table = table
+        self.kept_off = np.zeros(len(fleet), dtype=np.bool_)
+        """Nodes the extender refuses performance pods (kept current by the control loop)."""
+        self._cpu = fleet.cpu_millis
+        self._memory = fleet.memory_bytes
+        self._gpus = fleet.gpus
+        self._offers: dict[str, BoolArray] = {}
+        for resource in {r for r in fleet.gpu_resource if r}:
+            self._offers[resource] = np.array([r == resource for r in fleet.gpu_resource])
+
+    # --- one pod ------------------------------------------------------------------------
+
+    def fits(self, job: Job, nodes: IntArray | None = None) -> BoolArray:
+        """Which nodes (all, or those of ``nodes``) can take one more pod of ``job`` now."""
+        w = job.workload
+        c = self.cluster
+        pick = slice(None) if nodes is None else nodes
+        mask = (self._cpu[pick] - c.used_cpu[pick] >= w.cpu_millis) & (
+            self._memory[pick] - c.used_memory[pick] >= w.memory_bytes
+        )
+        if w.gpus and w.gpu_resource:
+            offers = self._offers.get(w.gpu_resource)
+            if offers is None:
+                return np.zeros_like(mask)
+            mask &= offers[pick] & (self._gpus[pick] - c.used_gpus[pick] >= w.gpus)
+        if self.table is not None and w.performance:
+            mask &= ~self.kept_off[pick]
+        return mask
+
+    def _scores(self, job: Job, nodes: IntArray) -> npt.NDArray[np.float64]:
+        w = job.workload
+        c = self.cluster
+        cpu_after = (c.used_cpu[nodes] + w.cpu_millis) / self._cpu[nodes]
+        memory_after = (c.used_memory[nodes] + w.memory_bytes) / self._memory[nodes]
+        least = ((1.0 - cpu_after) + (1.0 - memory_after)) * 50.0
+        balanced = (1.0 - np.abs(cpu_after - memory_after) / 2.0) * 100.0
+        total = np.floor(least) + np.floor(balanced)
+        if self.table is not None:
+            priorities = self.table.priority_array(job.demand, self.fleet.names)
+            total += priorities[nodes] * (EXTENDER_WEIGHT * 10)
+        return total
+
+    def best(self, job: Job, candidates: IntArray | None = None) -> int | None:
+        """The node one more pod of ``job`` goes to (among ``candidates``, else all), or None
+        when none fits."""
+        if candidates is None:
+            feasible = np.flatnonzero(self.fits(job))
+        else:
+            feasible = candidates[self.fits(job, candidates)]
+        if feasible.size == 0:
+            return None
+        if feasible.size == 1:
+            return int(feasible[0])
+        scores = self._scores(job, feasible)
+        return int(feasible[int(np.argmax(scores))])
+
+    # --- a workload ---------------------------------------------------------------------
+
+    def place(self, job: Job, candidates: IntArray | None = None) -> list[int] | None:
+        """Nodes for the workload's pods (one entry per pod placed), or None when it does not
+        fit now. Nothing is committed: the caller starts the job on the nodes returned."""
+        w = job.workload
+        if w.pods == 1:
+            node = self.best(job, candidates)
+            return None if node is None else [node]
+        return self._place_gang(job)
+
+    def _place_gang(self, job: Job) -> list[int] | None:
+        w = job.workload
+        c = self.cluster
+        gpus = w.gpus if w.gpu_resource else 0
+        placed: list[int] = []
+        try:
+            for _ in range(w.pods):
+                node = self.best(job)
+                if node is None:
+                    break
+                placed.append(node)
+                # Hold the room while the next member is placed.
+                c.used_cpu[node] += w.cpu_millis
+                c.used_memory[node] += w.memory_bytes
+                c.used_gpus[node] += gpus
+        finally:
+            for node in placed:
+                c.used_cpu[node] -= w.cpu_millis
+                c.used_memory[node] -= w.memory_bytes
+                c.used_gpus[node] -= gpus
+        return placed if len(placed) >= w.min_count else None
+
+    def ever_fits(self, job: Job) -> bool:
+        """Whether the workload could run on the empty cluster at all (a gang: at least
+        ``min_count`` nodes able to hold one of its pods; profiles aside, as any node may be
+        made performance). A workload that never fits stays pending forever in Kubernetes;
+        the engine reports it instead of waiting for it."""
+        w = job.workload
+        mask = (self._cpu >= w.cpu_millis) & (self._memory >= w.memory_bytes)
+        if w.gpus and w.gpu_resource:
+            offers = self._offers.get(w.gpu_resource)
+            if offers is None:
+                return False
+            mask &= offers & (self._gpus >= w.gpus)
+        return int(mask.sum()) >= w.min_count
+
+    def could_fit_somewhere(self, job: Job, nodes: Sequence[int]) -> bool:
+        """Whether one pod of ``job`` fits on any of ``nodes`` (a cheap pre-check)."""
+        if not nodes:
+            return False
+        return bool(self.fits(job, np.fromiter(nodes, dtype=np.intp)).any())

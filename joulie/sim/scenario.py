@@ -1,0 +1,152 @@
+"""From a run spec (plain values) to a scenario the engine runs: the inventory, the workload, and
+the manager's settings of the baseline.
+
+The policy and intent settings start from the controller manager's defaults (the same values
+its environment variables default to; a unit test holds them equal) and take the spec's
+``params`` on top, so a simulated B or C is the manager an operator would deploy as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from joulie.api.enums import GovernorControl, PolicyType
+from joulie.api.inventory import Inventory, load_inventory, parse_inventory
+from joulie.core.intents import IntentConfig
+from joulie.core.policy import PolicyInputs
+from joulie.hardware.catalog import Catalog
+from joulie.sim.engine import Scenario, simulate
+from joulie.sim.generator import GeneratorOptions, generate
+from joulie.sim.results import RunResult
+from joulie.sim.run_spec import RunSpec
+from joulie.sim.trace import read_trace
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "EMBEDDED_INVENTORIES",
+    "PARAMS",
+    "load_named_inventory",
+    "run",
+    "scenario_of",
+]
+
+DEFAULT_POLICY = PolicyInputs(
+    policy=PolicyType.STATIC_PARTITION.value,
+    static_hp_frac=0.5,
+    queue_hp_base_frac=0.6,
+    queue_hp_min=1,
+    queue_hp_max=1_000_000,
+    queue_perf_per_hp_node=10,
+    reconcile_interval_s=60.0,
+)
+"""The controller manager's policy defaults (STATIC_HP_FRAC, QUEUE_HP_*, RECONCILE_INTERVAL)."""
+
+EMBEDDED_INVENTORIES = {
+    "default": "default.yaml",
+    "exp01": "01-cluster-nodes.yaml",
+    "exp01-5k": "01-cluster-nodes-5k.yaml",
+    "exp02": "02-cluster-nodes.yaml",
+    "exp02-5k": "02-cluster-nodes-5k.yaml",
+    "exp03": "03-cluster-nodes.yaml",
+    "exp03-5k": "03-cluster-nodes-5k.yaml",
+}
+
+_POLICY_PARAMS = {
+    "static_hp_frac": float,
+    "queue_hp_base_frac": float,
+    "queue_hp_min": int,
+    "queue_hp_max": int,
+    "queue_perf_per_hp_node": int,
+    "reconcile_interval_s": float,
+}
+_INTENT_PARAMS = {
+    "cpu_eco_cap_pct_of_max": float,
+    "gpu_eco_cap_pct_of_max": float,
+    "gpu_clock_ceiling_pct_of_max": float,
+    "performance_cap_watts": float,
+}
+_ENGINE_PARAMS = {
+    "ambient_c": float,
+    "sample_s": float,
+    "trend_window_s": float,
+}
+PARAMS: Mapping[str, Callable[[Any], Any]] = {**_POLICY_PARAMS, **_INTENT_PARAMS, **_ENGINE_PARAMS}
+"""Every key a run spec's ``params`` may set, and its type."""
+
+RUN_LIMIT_FACTOR = 10.0
+"""Without ``limit_hours`` a run stops at this many times its arrival hours."""
+
+
+@cache
+def load_named_inventory(name: str) -> Inventory:
+    """An embedded inventory by name, else the inventory file at the path ``name``."""
+    file = EMBEDDED_INVENTORIES.get(name)
+    if file is None:
+        return load_inventory(Path(name))
+    text = resources.files("joulie.sim").joinpath("data", "inventories", file).read_text()
+    import yaml
+
+    return parse_inventory(yaml.safe_load(text), source=f"embedded inventory {name}")
+
+
+def _params(spec: RunSpec) -> dict[str, Any]:
+    unknown = sorted(set(spec.params) - set(PARAMS))
+    if unknown:
+        raise ValueError(
+            f"unknown params {', '.join(unknown)}; accepted: {', '.join(sorted(PARAMS))}"
+        )
+    values: dict[str, Any] = {}
+    for key, raw in spec.params.items():
+        try:
+            values[key] = PARAMS[key](raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"params.{key}: {raw!r} is not a {PARAMS[key].__name__}") from None
+    return values
+
+
+def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
+    """The scenario ``spec`` describes (inventory read, workload generated or loaded)."""
+    params = _params(spec)
+    inventory = load_named_inventory(spec.inventory)
+    if spec.trace is not None:
+        workloads = read_trace(Path(spec.trace))
+    else:
+        options = GeneratorOptions.from_mapping(spec.generator)
+        workloads = generate(inventory, options, spec.seed, spec.hours)
+    policy: PolicyInputs | None = None
+    config = IntentConfig()
+    if spec.baseline != "A":
+        kind = PolicyType.STATIC_PARTITION if spec.baseline == "B" else PolicyType.QUEUE_AWARE_V1
+        policy = dataclasses.replace(
+            DEFAULT_POLICY,
+            policy=kind.value,
+            **{k: v for k, v in params.items() if k in _POLICY_PARAMS},
+        )
+        config = dataclasses.replace(
+            config,
+            governor_control=GovernorControl.ALL if spec.governors else GovernorControl.OFF,
+            **{k: v for k, v in params.items() if k in _INTENT_PARAMS},
+        )
+    limit_h = spec.limit_hours if spec.limit_hours is not None else spec.hours * RUN_LIMIT_FACTOR
+    return Scenario(
+        name=spec.scenario,
+        baseline=spec.baseline + ("+gov" if spec.governors and spec.baseline != "A" else ""),
+        seed=spec.seed,
+        inventory=inventory,
+        workloads=workloads,
+        catalog=catalog or Catalog.load(),
+        policy=policy,
+        config=config,
+        limit_s=limit_h * 3600.0,
+        **{k: v for k, v in params.items() if k in _ENGINE_PARAMS},
+    )
+
+
+def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunResult:
+    """Run one spec to its result."""
+    return simulate(scenario_of(spec), progress)
