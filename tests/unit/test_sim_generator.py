@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import fields
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,9 @@ def test_any_generated_list_is_a_valid_placeable_trace(
     assert all(fits_somewhere(w, inv) for w in workloads)
     assert all(0 <= w.submit_s < hours * 3600 for w in workloads)
     assert parse_trace(dump_trace(workloads).splitlines(), "p") == workloads
+
+
+def test_the_doc_lists_every_option_with_its_default(repo_root: Path) -> None:
+    text = (repo_root / "docs" / "simulator-trace.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", text.split("### Options", 1)[1], re.M))
+    assert rows == {f.name: str(f.default) for f in fields(GeneratorOptions)}

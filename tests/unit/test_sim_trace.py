@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from joulie.api.workload import DisruptionMode
 from joulie.sim.trace import (
     TraceError,
     Workload,
+    camel,
     dump_trace,
     parse_trace,
     read_trace,
@@ -313,3 +316,26 @@ def test_any_valid_workloads_round_trip_exactly(items: list[Workload]) -> None:
     text = dump_trace(items)
     assert parse_trace(text.splitlines(), "p") == _sorted(items)
     assert dump_trace(parse_trace(text.splitlines(), "p")) == text
+
+
+def test_the_doc_lists_every_field_with_its_default(repo_root: Path) -> None:
+    text = (repo_root / "docs" / "simulator-trace.md").read_text()
+    table = text.split("## The trace format", 1)[1].split("## Upstream", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| [^|]*(?:\\\|[^|]*)* \| ([^|]+) \|", table, re.M))
+    expected = {"type": "required", "schemaVersion": "required"}
+    for field in fields(Workload):
+        default = field.default
+        if default is MISSING:
+            shown = "required"
+        elif default is None:
+            shown = "`null`"
+        elif isinstance(default, DisruptionMode):
+            shown = f"`{default.value}`"
+        elif isinstance(default, bool):
+            shown = f"`{str(default).lower()}`"
+        elif isinstance(default, str):
+            shown = f'`"{default}"`'
+        else:
+            shown = f"`{default}`"
+        expected[camel(field.name)] = shown
+    assert {key: value.strip() for key, value in rows.items()} == expected
