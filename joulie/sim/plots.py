@@ -159,7 +159,11 @@ def profile_shares(results: Sequence[RunResult], path: str | Path) -> Path:
     """Per hardware family, the share of node-time in performance / eco / draining: a stacked
     bar per baseline, grouped by family, a panel per scenario (shares averaged over seeds)."""
     shown, left_out = _scenarios(results)
-    fig = _figure(8.0, 1.2 + 2.6 * max(1, len(shown)))
+    families = {f for r in results for f in r.profile_shares}
+    fig = _figure(
+        max(8.0, 2.0 + 0.3 * len(families) * len(_baseline_colours(results))),
+        1.2 + 3.2 * max(1, len(shown)),
+    )
     for i, scenario in enumerate(shown or [""]):
         ax = fig.add_subplot(max(1, len(shown)), 1, i + 1)
         _share_panel(ax, [r for r in results if r.scenario == scenario])
@@ -191,7 +195,8 @@ def _share_panel(ax: Any, runs: Sequence[RunResult]) -> None:
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         for x, top in zip(xs, bottom, strict=True):
             ax.text(x, top, baseline, ha="center", va="bottom", fontsize="x-small")
-    ax.set_xticks(range(len(families)), families, fontsize="small")
+    # Family names (``gpu:NVIDIA_H100_NVL``) are long: slanted, they do not run into each other.
+    ax.set_xticks(range(len(families)), families, fontsize="small", rotation=30, ha="right")
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("share of node-time")
     if families:

@@ -22,7 +22,6 @@ without talking to each other.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -89,10 +88,11 @@ def describe(spec: RunSpec) -> str:
 
 
 def engine_runner(spec: RunSpec) -> RunResult:
-    """The real engine, imported at call time so this module loads without it."""
-    engine = importlib.import_module("joulie.sim.engine")
-    result: RunResult = engine.run(spec)
-    return result
+    """The real engine (``joulie.sim.scenario.run``: a spec to its scenario, then the engine),
+    imported at call time so that loading a sweep or writing a Job does not load the engine."""
+    from joulie.sim.scenario import run
+
+    return run(spec)
 
 
 # --- the grid ----------------------------------------------------------------------------
