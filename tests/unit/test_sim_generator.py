@@ -257,7 +257,7 @@ def inventories(draw: st.DrawFn) -> Inventory:
         vendor = draw(st.sampled_from(["none", "nvidia", "amd"]))
         gpus = 0 if vendor == "none" else draw(st.integers(1, 8))
         group = _group(
-            f"g{index}", draw(st.integers(2, 256)), draw(st.integers(4, 2048)), gpus, vendor
+            f"g{index}", draw(st.integers(1, 256)), draw(st.floats(0.5, 2048)), gpus, vendor
         )
         group["replicas"] = draw(st.integers(1, 20))
         groups.append(group)
