@@ -276,7 +276,7 @@ def parse_trace(lines: Iterable[str], source: str) -> list[Workload]:
                 f"{source}:{number}: type: {kind!r} is not a record type; expected "
                 "'workload', 'comment' or upstream's 'job'"
             )
-    located = ours + [_Located(line, w) for line, w in map_upstream_jobs(jobs, source)]
+    located = ours + [_Located(line, w) for line, w in map_upstream_jobs(jobs)]
     _check_unique_ids(located, source)
     return sorted((item.workload for item in located), key=lambda w: (w.submit_s, w.id))
 
@@ -546,10 +546,9 @@ def _upstream_performance(job: _UpstreamJobRecord) -> bool:
     return False
 
 
-def map_upstream_jobs(jobs: Sequence[UpstreamJob], source: str) -> list[tuple[int, Workload]]:
+def map_upstream_jobs(jobs: Sequence[UpstreamJob]) -> list[tuple[int, Workload]]:
     """Jobs as workloads with the line each came from: gang members of one workloadId with
     identical requests become one gang, every other job a lone pod."""
-    del source  # errors here are per job and were raised while parsing
     members: dict[str, list[UpstreamJob]] = {}
     out: list[tuple[int, Workload]] = []
     for job in jobs:
