@@ -467,7 +467,7 @@ def _workloads(
     priority = np.where(rng.random(n) < options.urgent_share, options.urgent_priority, priority)
     gang_all = (kind == _DISTRIBUTED) & (rng.random(n) < options.gang_all_share)
     gpu_sens = np.round(_uniform(rng, "gpu_sensitivity", kind), 3)
-    cpu_sens = np.minimum(np.round(_uniform(rng, "cpu_sensitivity", kind), 3), 1.0 - gpu_sens)
+    cpu_sens = np.minimum(_uniform(rng, "cpu_sensitivity", kind), 1.0 - gpu_sens).round(3)
     cpu_util = np.round(_uniform(rng, "cpu_util", kind), 3)
     gpu_util = np.round(_uniform(rng, "gpu_util", kind), 3)
     names = np.array([k.name for k in KINDS], dtype=object)
