@@ -47,19 +47,22 @@ class GeneratorOptions:
     """Offered load: the share of the CPU-only nodes' core-hours, and of each GPU kind's
     GPU-hours, that the submitted work requests over the run (requests x run time at full
     speed). Above 1 means more work than the cluster can do in the time."""
-    cpu_small_share: float = 0.55
-    """Of the CPU batch jobs, the share that are small: 1-8 cores, 5-30 minutes."""
-    cpu_medium_share: float = 0.35
-    """Medium CPU batch: 16-64 cores, 0.5-3 hours."""
-    cpu_large_share: float = 0.10
-    """Large CPU batch: 64-96 cores, 1-4 hours. The three CPU shares sum to 1."""
-    gpu_inference_share: float = 0.50
-    """Of the GPU jobs, the share that are debug/inference: 1-2 GPUs, 5-30 minutes."""
-    gpu_training_share: float = 0.40
+    cpu_small_share: float = 0.45
+    """Of the CPU batch jobs, the share that are small: 4-32 cores, 0.5-2 hours. Batch jobs
+    are node-sized, as on the batch clusters these inventories model: a 5,000-node inventory
+    then gets tens of thousands of jobs in a few days, not hundreds of thousands."""
+    cpu_medium_share: float = 0.40
+    """Medium CPU batch: 32-96 cores, 1-4 hours."""
+    cpu_large_share: float = 0.15
+    """Large CPU batch: 96-192 cores, 2-6 hours. The three CPU shares sum to 1."""
+    gpu_inference_share: float = 0.30
+    """Of the GPU jobs, the share that are debug/inference: 1-4 GPUs, 0.5-2 hours."""
+    gpu_training_share: float = 0.55
     """Single-pod GPU training: 1-8 GPUs, 1-8 hours."""
-    gpu_distributed_share: float = 0.10
-    """Distributed GPU training, a gang of 2-8 pods of 4-8 GPUs each, 2-12 hours. The three GPU
-    shares sum to 1."""
+    gpu_distributed_share: float = 0.15
+    """Distributed GPU training, a gang of 2-4 pods of 4-8 GPUs each, 2-12 hours; a gang has
+    at most a quarter of the nodes that can hold one of its pods (a gang left with one pod
+    runs as a lone workload). The three GPU shares sum to 1."""
     perf_ratio: float = 0.3
     """Share of workloads marked performance. Training is marked more often than batch (weights
     in ``KINDS``), as upstream's generator did; the overall share stays ``perf_ratio``."""
@@ -192,17 +195,17 @@ class JobKind:
 
 _CPU_SENS, _NO = (0.6, 1.0), (0.0, 0.0)
 KINDS: tuple[JobKind, ...] = (
-    JobKind("cpu-small", "cpu_small_share", (1, 1), (0, 0), (1, 8), (300, 1800), (1, 4),
+    JobKind("cpu-small", "cpu_small_share", (1, 1), (0, 0), (4, 32), (1800, 7200), (1, 4),
             _CPU_SENS, _NO, (0.5, 0.95), _NO, 0.5),
-    JobKind("cpu-medium", "cpu_medium_share", (1, 1), (0, 0), (16, 64), (1800, 10800), (1, 4),
+    JobKind("cpu-medium", "cpu_medium_share", (1, 1), (0, 0), (32, 96), (3600, 14400), (1, 4),
             _CPU_SENS, _NO, (0.6, 0.95), _NO, 0.8),
-    JobKind("cpu-large", "cpu_large_share", (1, 1), (0, 0), (64, 96), (3600, 14400), (1, 4),
+    JobKind("cpu-large", "cpu_large_share", (1, 1), (0, 0), (96, 192), (7200, 21600), (1, 4),
             _CPU_SENS, _NO, (0.7, 1.0), _NO, 1.2),
-    JobKind("gpu-inference", "gpu_inference_share", (1, 1), (1, 2), (2, 8), (300, 1800),
+    JobKind("gpu-inference", "gpu_inference_share", (1, 1), (1, 4), (2, 8), (1800, 7200),
             (16, 64), (0.1, 0.3), (0.3, 0.6), (0.2, 0.5), (0.3, 0.6), 1.0),
     JobKind("gpu-training", "gpu_training_share", (1, 1), (1, 8), (4, 16), (3600, 28800),
             (32, 128), (0.05, 0.2), (0.6, 0.9), (0.3, 0.6), (0.7, 0.95), 2.0),
-    JobKind("gpu-distributed", "gpu_distributed_share", (2, 8), (4, 8), (4, 16),
+    JobKind("gpu-distributed", "gpu_distributed_share", (2, 4), (4, 8), (4, 16),
             (7200, 43200), (32, 128), (0.05, 0.2), (0.6, 0.9), (0.3, 0.6), (0.75, 0.95), 2.0),
 )  # fmt: skip
 _CPU_KINDS = tuple(k for k in KINDS if not k.uses_gpus)
@@ -224,6 +227,8 @@ class _Part:
     cores: IntArray
     memory_gib: FloatArray
     gpus: IntArray
+    replicas: IntArray
+    """Nodes in each group."""
     capacity: float
     """Cores (CPU part) or GPUs (GPU part) the budget is a share of."""
 
@@ -259,6 +264,7 @@ def _part(
         cores=np.array([g.cpu_cores for g in groups], dtype=np.int64),
         memory_gib=np.array([g.memory_gib for g in groups], dtype=np.float64),
         gpus=np.array([g.gpu_count if resource else 0 for g in groups], dtype=np.int64),
+        replicas=np.array([g.replicas for g in groups], dtype=np.int64),
         capacity=capacity,
     )
 
@@ -312,6 +318,7 @@ def _draw(rng: np.random.Generator, part: _Part, weights: FloatArray, n: int) ->
     memory_gib = _uniform(rng, "memory_gib", kind) * np.where(gpus > 0, gpus, cores)
     work_s = np.maximum(1.0, np.round(_uniform(rng, "work_s", kind)))
     gpus, cores, memory_gib = _fit(part, gpus, cores, memory_gib)
+    pods = np.minimum(pods, np.maximum(1, _fitting_nodes(part, gpus, cores, memory_gib) // 4))
     memory = np.floor(memory_gib * 1024).astype(np.int64) * _MIB
     return _Jobs(kind, pods, gpus, cores, memory, work_s)
 
@@ -327,6 +334,20 @@ def _fit(
     fits &= part.cores[None, :] >= cores[:, None]
     memory_gib = np.minimum(memory_gib, np.where(fits, part.memory_gib[None, :], 0).max(axis=1))
     return gpus, cores, memory_gib
+
+
+def _fitting_nodes(
+    part: _Part, gpus: IntArray, cores: IntArray, memory_gib: FloatArray
+) -> IntArray:
+    """Per job, how many of the part's nodes can hold one of its pods. A gang gets at most a
+    quarter of them, so that it can still be placed when only half of them are in performance
+    and half of those are busy; one it could never place would wait out the whole run."""
+    fits = (
+        (part.gpus[None, :] >= gpus[:, None])
+        & (part.cores[None, :] >= cores[:, None])
+        & (part.memory_gib[None, :] >= memory_gib[:, None])
+    )
+    return fits.astype(np.int64) @ part.replicas
 
 
 def _work(part: _Part, jobs: _Jobs) -> FloatArray:
@@ -465,7 +486,8 @@ def _workloads(
     uses_gpu = jobs.gpus > 0
     priority = np.where(uses_gpu, options.default_priority, options.batch_priority)
     priority = np.where(rng.random(n) < options.urgent_share, options.urgent_priority, priority)
-    gang_all = (kind == _DISTRIBUTED) & (rng.random(n) < options.gang_all_share)
+    # A gang capped down to one pod is a lone workload: ``single``, like any other.
+    gang_all = (kind == _DISTRIBUTED) & (jobs.pods > 1) & (rng.random(n) < options.gang_all_share)
     gpu_sens = np.round(_uniform(rng, "gpu_sensitivity", kind), 3)
     cpu_sens = np.minimum(_uniform(rng, "cpu_sensitivity", kind), 1.0 - gpu_sens).round(3)
     cpu_util = np.round(_uniform(rng, "cpu_util", kind), 3)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from joulie.api.inventory import Inventory, load_inventory, parse_inventory
+from joulie.api.inventory import Inventory, NodeGroup, load_inventory, parse_inventory
 from joulie.api.workload import DisruptionMode
 from joulie.sim.generator import GeneratorOptions, diurnal_rate, generate
 from joulie.sim.trace import Workload, dump_trace, parse_trace
@@ -67,12 +67,7 @@ def gpu_hours(workloads: list[Workload]) -> dict[str, float]:
 
 
 def fits_somewhere(w: Workload, inv: Inventory) -> bool:
-    return any(
-        w.cpu_millis <= g.cpu_cores * 1000
-        and w.memory_bytes <= g.memory_gib * GIB
-        and (w.gpus == 0 or (g.gpu_resource == w.gpu_resource and w.gpus <= g.gpu_count))
-        for g in inv.nodes
-    )
+    return any(fits_group(w, g) for g in inv.nodes)
 
 
 def test_the_same_seed_gives_the_same_workloads_and_another_seed_others() -> None:
@@ -132,17 +127,62 @@ def test_the_job_mix_has_every_kind_with_its_shape() -> None:
         "gpu-training",
         "gpu-distributed",
     }
-    assert all(w.gpus == 0 and w.cpu_millis <= 8000 for w in by_kind["cpu-small"])
-    assert all(300 <= w.work_s <= 1800 for w in by_kind["gpu-inference"])
-    assert all(1 <= w.gpus <= 2 for w in by_kind["gpu-inference"])
+    assert all(w.gpus == 0 and 4000 <= w.cpu_millis <= 32000 for w in by_kind["cpu-small"])
+    assert all(1800 <= w.work_s <= 7200 for w in by_kind["cpu-small"])
+    assert all(96000 <= w.cpu_millis <= 192000 for w in by_kind["cpu-large"])
+    assert all(1800 <= w.work_s <= 7200 for w in by_kind["gpu-inference"])
+    assert all(1 <= w.gpus <= 4 for w in by_kind["gpu-inference"])
     gangs = by_kind["gpu-distributed"]
-    assert all(2 <= w.pods <= 8 and w.min_count == w.pods for w in gangs)
+    assert all(2 <= w.pods <= 4 and w.min_count == w.pods for w in gangs)
     assert all(w.pods == 1 for w in workloads if w.kind != "gpu-distributed")
     share_all = sum(w.disruption is DisruptionMode.ALL for w in gangs) / len(gangs)
     assert share_all == pytest.approx(0.8, abs=0.05)
     # Training leans on the GPU clock, batch on the CPU clock.
     assert all(w.gpu_sensitivity >= 0.6 for w in by_kind["gpu-training"])
     assert all(w.cpu_sensitivity >= 0.6 for w in by_kind["cpu-medium"])
+
+
+def fitting_nodes(w: Workload, inv: Inventory) -> int:
+    """Nodes of the inventory that can hold one pod of ``w``."""
+    return sum(g.replicas for g in inv.nodes if fits_group(w, g))
+
+
+def fits_group(w: Workload, g: NodeGroup) -> bool:
+    return (
+        w.cpu_millis <= g.cpu_cores * 1000
+        and w.memory_bytes <= g.memory_gib * GIB
+        and (w.gpus == 0 or (g.gpu_resource == w.gpu_resource and w.gpus <= g.gpu_count))
+    )
+
+
+@pytest.mark.parametrize(("name", "hours"), [("02-cluster-nodes", 24), ("02-cluster-nodes-5k", 60)])
+def test_a_gang_has_at_most_a_quarter_of_the_nodes_that_fit_its_pods(
+    name: str, hours: float
+) -> None:
+    inv, workloads = inventory(name), generated(name, hours)
+    gangs = [w for w in workloads if w.gang]
+    assert gangs
+    assert all(2 <= w.pods <= fitting_nodes(w, inv) // 4 for w in gangs)
+    assert all(w.pods <= fitting_nodes(w, inv) for w in workloads)
+    # A gang capped to one pod is a lone workload, disruption and all.
+    lone = [w for w in workloads if w.kind == "gpu-distributed" and not w.gang]
+    assert all(w.min_count == 1 and w.disruption is DisruptionMode.SINGLE for w in lone)
+
+
+def test_a_gang_too_wide_for_its_gpu_kind_runs_as_one_pod() -> None:
+    # 02's two MI300X nodes are the only AMD nodes with more than 4 GPUs: a gang of 5-8 GPU
+    # pods there could never be placed, so it comes as a lone pod.
+    inv = inventory("02-cluster-nodes")
+    workloads = generate(
+        inv,
+        GeneratorOptions(gpu_distributed_share=1.0, gpu_inference_share=0, gpu_training_share=0),
+        seed=2,
+        hours=48,
+    )
+    amd = [w for w in workloads if w.gpu_resource == "amd.com/gpu"]
+    assert any(w.gpus > 4 for w in amd)
+    assert all(w.pods == 1 for w in amd if w.gpus > 4)
+    assert all(w.pods <= 2 for w in amd)
 
 
 def test_performance_share_and_priorities() -> None:
@@ -277,6 +317,7 @@ def test_any_generated_list_is_a_valid_placeable_trace(
 ) -> None:
     workloads = generate(inv, GeneratorOptions(arrivals=arrivals, load=load), seed, hours)
     assert all(fits_somewhere(w, inv) for w in workloads)
+    assert all(w.pods <= max(1, fitting_nodes(w, inv) // 4) for w in workloads)
     assert all(0 <= w.submit_s < hours * 3600 for w in workloads)
     assert parse_trace(dump_trace(workloads).splitlines(), "p") == workloads
 
