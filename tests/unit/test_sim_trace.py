@@ -24,6 +24,7 @@ from joulie.sim.trace import (
     workload_record,
     write_trace,
 )
+from joulie.sim.trace_upstream import map_upstream_jobs, parse_upstream_job
 
 GIB = 1 << 30
 
@@ -277,6 +278,16 @@ def test_upstream_errors_name_the_line_and_field(fields: dict[str, Any], message
 def test_a_trace_may_mix_both_record_types() -> None:
     lines = [_line(id="ours"), json.dumps(_job(jobId="theirs"))]
     assert [w.id for w in parse_trace(lines, "m")] == ["ours", "theirs"]
+
+
+def test_the_upstream_mapping_works_on_its_own() -> None:
+    # trace_upstream builds on trace; trace imports it only when a trace is parsed.
+    jobs = [
+        parse_upstream_job(_job(jobId=f"j{i}", workloadId="g", gang=True), "u", i) for i in (1, 2)
+    ]
+    assert [j.line for j in jobs] == [1, 2]
+    [(line, gang)] = map_upstream_jobs(jobs)
+    assert (line, gang.id, gang.pods, gang.min_count) == (1, "g", 2, 2)
 
 
 # --- properties ------------------------------------------------------------------------------
