@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from joulie.sim import sweep
 from joulie.sim.result_io import result_json
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import RunSpec
@@ -19,14 +20,12 @@ from joulie.sim.sweep import (
     SweepError,
     collect,
     expand,
-    indexed_job,
     load_sweep,
-    manifests_yaml,
     run_all,
     run_file,
     run_index,
-    specs_json,
 )
+from joulie.sim.sweep_job import indexed_job, manifests_yaml, specs_json
 from tests.unit.test_sim_report import make_result
 
 
@@ -212,3 +211,9 @@ def test_manifests_yaml_is_a_stream_kubectl_reads_back() -> None:
     text = manifests_yaml(objs)
     assert text.startswith("---\napiVersion: v1\n")
     assert list(yaml.safe_load_all(text)) == objs
+
+
+def test_the_sweep_module_re_exports_the_job_builder() -> None:
+    assert sweep.indexed_job is indexed_job
+    assert sweep.manifests_yaml is manifests_yaml
+    assert sweep.specs_json is specs_json
