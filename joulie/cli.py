@@ -86,9 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         help="--live: give up when the API server has not answered (or a list has kept "
         "failing) for this long (default 15)",
     )
+    from joulie.sim.cli_args import add_parser as add_simulate
     from joulie.status.args import add_parser as add_status
 
     add_status(sub)
+    add_simulate(sub)
     return parser
 
 
@@ -105,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulie.status.command import run as status
 
         return status(args)
+    if args.command == "simulate":
+        from joulie.sim.command import run as simulate
+
+        return simulate(args)
     if args.role is not None:
         return _run_roles(args.role)
     parser.print_help(sys.stderr)

@@ -17,7 +17,6 @@ workload classes mean nothing to the scheduler.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -28,7 +27,7 @@ import numpy as np
 from joulie.api.enums import SchedulableClass
 from joulie.api.inventory import Inventory
 from joulie.core.intents import IntentConfig
-from joulie.core.pod_power import pod_demand
+from joulie.core.pod_power import PodDemand, pod_demand
 from joulie.core.policy import PolicyInputs
 from joulie.core.score_table import ScoreTable
 from joulie.hardware.catalog import Catalog
@@ -38,6 +37,7 @@ from joulie.sim.fleet import Fleet, build_fleet
 from joulie.sim.placement import Scheduler
 from joulie.sim.pods import pod_manifest
 from joulie.sim.preempting import plan_preemption
+from joulie.sim.queue import PendingQueue
 from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample
 from joulie.sim.trace import Workload
 
@@ -73,10 +73,6 @@ class _Run:
     """Everything one run changes."""
 
     jobs: list[Job]
-    pending: list[tuple[int, float, int]] = field(default_factory=list)
-    """Sorted (-priority, submit time, job index)."""
-    tried: set[int] = field(default_factory=set)
-    """Pending jobs already tried against every node."""
     changed_nodes: set[int] = field(default_factory=set)
     pending_perf_pods: int = 0
     running_perf_pods: int = 0
@@ -114,10 +110,17 @@ class Engine:
             )
         workloads = sorted(scenario.workloads, key=lambda w: (w.submit_s, w.id))
         jobs = []
+        demands: dict[tuple[object, ...], PodDemand] = {}
         for index, w in enumerate(workloads):
             manifest = pod_manifest(w, joulie_aware=joulie)
-            jobs.append(Job(index, w, pod_demand(manifest), manifest))
+            # Workloads of one shape ask the same of a node: read one manifest per shape.
+            shape = (w.cpu_millis, w.memory_bytes, w.gpus, w.gpu_resource, w.performance)
+            demand = demands.get(shape)
+            if demand is None:
+                demand = demands[shape] = pod_demand(manifest)
+            jobs.append(Job(index, w, demand, manifest))
         self.run = _Run(jobs)
+        self.queue = PendingQueue(jobs, self.fleet, joulie)
         self.cluster.attach(jobs)
         self.tick_s = scenario.policy.reconcile_interval_s if scenario.policy else scenario.tick_s
         self.families = sorted({self.fleet.family(i) for i in range(len(self.fleet))})
@@ -129,18 +132,14 @@ class Engine:
     # --- the queue ----------------------------------------------------------------------
 
     def _enqueue(self, job: Job) -> None:
-        w = job.workload
-        bisect.insort(self.run.pending, (-w.priority, w.submit_s, job.index))
-        self.run.tried.discard(job.index)
-        if w.performance:
-            self.run.pending_perf_pods += w.pods
+        self.queue.add(job.index)
+        if job.workload.performance:
+            self.run.pending_perf_pods += job.workload.pods
 
-    def _dequeue(self, position: int) -> None:
-        _, _, index = self.run.pending.pop(position)
-        self.run.tried.discard(index)
-        w = self.run.jobs[index].workload
-        if w.performance:
-            self.run.pending_perf_pods -= w.pods
+    def _dequeue(self, job: Job) -> None:
+        self.queue.remove(job.index)
+        if job.workload.performance:
+            self.run.pending_perf_pods -= job.workload.pods
 
     def _start(self, job: Job, nodes: list[int], t: float) -> None:
         if self.table is not None and job.workload.performance:
@@ -161,27 +160,32 @@ class Engine:
     # --- one pass -----------------------------------------------------------------------
 
     def _schedule(self, t: float) -> None:
+        """One scheduling pass, and another while preempted workloads wait for their turn."""
+        while True:
+            self._pass(t)
+            if not self.queue.fresh:
+                return
+
+    def _pass(self, t: float) -> None:
         run = self.run
+        cluster = self.cluster
         changed = np.fromiter(sorted(run.changed_nodes), dtype=np.intp)
         run.changed_nodes.clear()
-        position = 0
-        while position < len(run.pending):
-            index = run.pending[position][2]
+        used = (cluster.used_cpu, cluster.used_memory, cluster.used_gpus)
+        for index in self.queue.to_try(changed, self.fleet, used, self.scheduler.kept_off):
             job = run.jobs[index]
-            retry = index in run.tried
-            if retry and changed.size == 0:
-                position += 1  # nothing changed since it was found unable to fit anywhere
-                continue
+            if not self.queue.waiting[index]:
+                continue  # started earlier in this pass (it was listed twice)
+            retry = bool(self.queue.parked[index])
             # A gang needs several nodes at once: once room was freed anywhere it is tried
-            # whole, like a new arrival; a lone pod only on the nodes that changed.
+            # whole; a lone pod that was parked only on the nodes that changed.
             nodes = self.scheduler.place(job, changed if retry and not job.workload.gang else None)
             if nodes is None and not retry:
                 nodes = self._preempt(job, t)
             if nodes is None:
-                run.tried.add(index)
-                position += 1
+                self.queue.park(index)
                 continue
-            self._dequeue(position)
+            self._dequeue(job)
             self._start(job, nodes, t)
 
     def _preempt(self, job: Job, t: float) -> list[int] | None:
@@ -295,7 +299,7 @@ class Engine:
                 facility_w=c.it_w * c.pue,
                 pue=c.pue,
                 running=self.run.running,
-                pending=len(self.run.pending),
+                pending=len(self.queue),
                 performance_nodes=int(totals[0]),
                 eco_nodes=int(totals[1]),
                 draining_nodes=int(totals[2]),

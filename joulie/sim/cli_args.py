@@ -1,0 +1,111 @@
+"""The ``simulate`` subcommand's arguments, kept apart from :mod:`joulie.sim.command` so that
+building the CLI's parser imports neither numpy nor the engine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def _common_output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="DIR",
+        help="write results.json, table.txt, a CSV time series per run and PNG charts here",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="what to print on standard output (default table)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="with --output: skip the PNGs")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+
+def add_parser(sub: Any) -> None:
+    """The ``simulate`` subcommand (``sub`` is the CLI's subparsers object)."""
+    simulate = sub.add_parser(
+        "simulate",
+        help="simulate Joulie on a virtual cluster: energy against job time, per baseline",
+        description="Runs the embedded default scenario (a heterogeneous 41-node inventory, a "
+        "generated day of work) for baselines A (no Joulie), B (static_partition) and C "
+        "(queue_aware_v1) and prints a comparison table. The options change the inventory, "
+        "the workload, the baselines and seeds; the sub-commands run sweeps.",
+    )
+    simulate.add_argument(
+        "--inventory",
+        default="default",
+        help="an embedded inventory (default, exp01, exp01-5k, exp02, exp02-5k, exp03, "
+        "exp03-5k) or an inventory file",
+    )
+    simulate.add_argument("--trace", help="a JSONL workload trace (default: generate one)")
+    simulate.add_argument(
+        "--hours", type=float, default=24.0, help="hours of arrivals to generate (default 24)"
+    )
+    simulate.add_argument(
+        "--limit-hours",
+        type=float,
+        help="stop each run here even if work remains (default 10 x --hours)",
+    )
+    simulate.add_argument(
+        "--baselines", default="A,B,C", help="comma list of A, B, C (default A,B,C)"
+    )
+    simulate.add_argument("--seeds", default="1", help="comma list of seeds (default 1)")
+    simulate.add_argument(
+        "--governors",
+        action="store_true",
+        help="B and C also write governor presets (GOVERNOR_CONTROL=all)",
+    )
+    simulate.add_argument(
+        "--gen",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a generator option, e.g. --gen load=0.8 --gen arrivals=diurnal (repeatable)",
+    )
+    simulate.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy, intent or engine setting, e.g. --param static_hp_frac=0.3 (repeatable)",
+    )
+    simulate.add_argument(
+        "--workers", type=int, default=1, help="runs in parallel on this machine (default 1)"
+    )
+    simulate.add_argument("--scenario", default="default", help="label of the runs in tables")
+    _common_output(simulate)
+
+    commands = simulate.add_subparsers(dest="simulate_command", metavar="SUBCOMMAND")
+    sweep = commands.add_parser("sweep", help="run a sweep file's grid on local cores")
+    sweep.add_argument("file", type=Path, help="sweep file (YAML or JSON)")
+    sweep.add_argument("--workers", type=int, default=1, dest="sweep_workers")
+    _common_output(sweep)
+
+    job = commands.add_parser(
+        "job", help="print a Kubernetes Indexed Job (and its ConfigMap) that runs a sweep"
+    )
+    job.add_argument("file", type=Path, help="sweep file (YAML or JSON)")
+    job.add_argument("--image", required=True, help="the Joulie image")
+    job.add_argument("--namespace", default="default")
+    job.add_argument("--name", default="joulie-sweep")
+    job.add_argument(
+        "--results-claim",
+        help="PersistentVolumeClaim the runs write to (default: an emptyDir, only for trying)",
+    )
+    job.add_argument("--parallelism", type=int)
+
+    index = commands.add_parser("run-index", help="run one index of a sweep (the Job's pods)")
+    index.add_argument("--specs", type=Path, required=True)
+    index.add_argument("--index", type=int, required=True)
+    index.add_argument("--output", type=Path, required=True, dest="index_output")
+
+    collect = commands.add_parser("collect", help="gather an Indexed Job's run files")
+    collect.add_argument("dir", type=Path, help="the folder the runs wrote to")
+    collect.add_argument("--expected", type=int, help="how many runs there should be")
+    _common_output(collect)

@@ -1,0 +1,199 @@
+"""``joulie simulate``: run scenarios and sweeps, print the comparison, write the outputs.
+
+Runs are reproducible: the same options print the same JSON byte for byte. What depends on the
+host (wall time) only goes to standard error with the progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from joulie.sim.results import RunResult
+from joulie.sim.run_spec import BASELINES, RunSpec
+
+__all__ = ["run"]
+
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _pairs(items: Sequence[str], what: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r}: expected KEY=VALUE")
+        values[key] = _scalar(raw)
+    return values
+
+
+def _scalar(raw: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return raw
+
+
+def _list(text: str, what: str, convert: Callable[[str], Any]) -> list[Any]:
+    try:
+        values = [convert(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: not a comma list of the right values") from None
+    if not values:
+        raise UsageError(f"{what}: give at least one value")
+    return values
+
+
+def _baseline(value: str) -> str:
+    if value not in BASELINES:
+        raise ValueError(value)
+    return value
+
+
+def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
+    """The runs the top-level options ask for: every baseline for every seed."""
+    baselines = _list(args.baselines, "--baselines", _baseline)
+    seeds = _list(args.seeds, "--seeds", int)
+    generator = _pairs(args.gen, "--gen")
+    params = _pairs(args.param, "--param")
+    try:
+        return [
+            RunSpec(
+                scenario=args.scenario,
+                inventory=args.inventory,
+                trace=args.trace,
+                generator=generator,
+                baseline=baseline,
+                seed=seed,
+                hours=args.hours,
+                limit_hours=args.limit_hours,
+                governors=args.governors,
+                params=params,
+            )
+            for seed in seeds
+            for baseline in baselines
+        ]
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(map(str, first["loc"]))
+        raise UsageError(f"{where}: {first['msg']}") from None
+
+
+class _Progress:
+    """One line on stderr, redrawn: which run, how far, how long so far."""
+
+    REDRAW_S = 0.5
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.live = not quiet and sys.stderr.isatty()
+        """Redraw only on a terminal: a log file gets the one line per finished run."""
+        self.started = time.perf_counter()
+        self._drawn = 0.0
+
+    def __call__(self, label: str) -> Callable[[float], None]:
+        def show(fraction: float) -> None:
+            now = time.perf_counter()
+            if self.live and now - self._drawn >= self.REDRAW_S:
+                self._drawn = now
+                sys.stderr.write(f"\r{label}: {fraction:6.1%} ({now - self.started:.0f} s)   ")
+                sys.stderr.flush()
+
+        return show
+
+    def done(self, label: str) -> None:
+        if not self.quiet:
+            elapsed = time.perf_counter() - self.started
+            start = "\r" if self.live else ""
+            sys.stderr.write(f"{start}{label}: done in {elapsed:.1f} s wall time\n")
+
+
+def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunResult]:
+    from joulie.sim import sweep
+    from joulie.sim.scenario import run as run_one
+
+    progress = _Progress(quiet)
+    if workers > 1 and len(specs) > 1:
+        results = sweep.run_all(specs, workers, progress=progress(f"{len(specs)} runs"))
+        progress.done(f"{len(specs)} runs")
+        return results
+    results = []
+    for spec in specs:
+        label = f"{spec.scenario} {spec.baseline} seed {spec.seed}"
+        results.append(run_one(spec, progress(label)))
+        progress.done(label)
+    return results
+
+
+def _emit(results: Sequence[RunResult], args: argparse.Namespace) -> None:
+    from joulie.sim.report import comparison_table, write_outputs
+    from joulie.sim.result_io import results_json
+
+    if args.output is not None:
+        write_outputs(results, args.output, plots=not args.no_plots)
+    if args.format == "json":
+        sys.stdout.write(results_json(results))
+    else:
+        sys.stdout.write(comparison_table(results))
+
+
+def _command(args: argparse.Namespace) -> int:
+    from joulie.sim import result_io, sweep, sweep_job
+
+    command = args.simulate_command
+    if command is None:
+        _emit(_run_specs(specs_from_args(args), args.workers, args.quiet), args)
+    elif command == "sweep":
+        specs = sweep.load_sweep(args.file)
+        _emit(_run_specs(specs, args.sweep_workers, args.quiet), args)
+    elif command == "job":
+        specs = sweep.load_sweep(args.file)
+        objs = sweep_job.indexed_job(
+            specs,
+            image=args.image,
+            namespace=args.namespace,
+            name=args.name,
+            results_claim=args.results_claim,
+            parallelism=args.parallelism,
+        )
+        sys.stdout.write(sweep_job.manifests_yaml(objs))
+    elif command == "run-index":
+        path = sweep.run_index(args.specs, args.index, args.index_output)
+        print(path)
+    else:  # collect
+        try:
+            results = result_io.collect(args.dir, args.expected)
+        except result_io.MissingRuns as exc:
+            print(f"joulie simulate collect: {exc}", file=sys.stderr)
+            _emit(exc.results, args)
+            return 1
+        _emit(results, args)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit status: 0 done, 1 a run failed or runs are missing, 2 bad options or inputs."""
+    from joulie.sim.sweep import RunFailed
+    from joulie.sim.sweep_job import SweepError
+
+    try:
+        return _command(args)
+    except (UsageError, SweepError, ValueError, OSError) as exc:
+        print(f"joulie simulate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunFailed as exc:
+        print(f"joulie simulate: {exc}", file=sys.stderr)
+        return 1
