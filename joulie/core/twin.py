@@ -50,6 +50,7 @@ __all__ = [
     "cap_percentages",
     "compute",
     "cooling_stress",
+    "display_value",
     "estimated_pue",
     "hardware_density",
     "looks_like_energy",
@@ -281,7 +282,9 @@ DISPLAY_DIGITS: Final[Mapping[str, int]] = {
 changes at this precision, so measurement noise below it costs no API write."""
 
 
-def _round(value: float, kind: str) -> float | int:
+def display_value(value: float, kind: str) -> float | int:
+    """``value`` at the precision NodeTwin.status shows a figure of ``kind`` (a key of
+    :data:`DISPLAY_DIGITS`): what every reader of the status sees."""
     digits = DISPLAY_DIGITS[kind]
     rounded = round(value, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
     return int(rounded) if digits == 0 else rounded
@@ -291,25 +294,25 @@ def status_fields(out: TwinOutput) -> dict[str, Any]:
     """The twin's part of NodeTwin.status in wire form, rounded to display precision."""
     return {
         "schedulableClass": str(out.schedulable_class),
-        "predictedPowerHeadroomScore": _round(out.power_headroom, "score"),
-        "predictedCoolingStressScore": _round(out.cooling_stress, "score"),
-        "predictedPsuStressScore": _round(out.psu_stress, "score"),
-        "hardwareDensityScore": _round(out.hardware_density, "score"),
-        "estimatedPUE": _round(out.estimated_pue, "pue"),
+        "predictedPowerHeadroomScore": display_value(out.power_headroom, "score"),
+        "predictedCoolingStressScore": display_value(out.cooling_stress, "score"),
+        "predictedPsuStressScore": display_value(out.psu_stress, "score"),
+        "hardwareDensityScore": display_value(out.hardware_density, "score"),
+        "estimatedPUE": display_value(out.estimated_pue, "pue"),
         "effectiveCapState": {
-            "cpuPct": _round(out.cpu_cap_pct, "pct"),
-            "gpuPct": _round(out.gpu_cap_pct, "pct"),
+            "cpuPct": display_value(out.cpu_cap_pct, "pct"),
+            "gpuPct": display_value(out.gpu_cap_pct, "pct"),
         },
         "powerMeasurement": {
             "source": out.source,
-            "measuredNodePowerW": _round(out.measured_power_w, "watts"),
-            "cpuCappedPowerW": _round(out.cpu_capped_power_w, "watts"),
-            "gpuCappedPowerW": _round(out.gpu_capped_power_w, "watts"),
-            "nodeCappedPowerW": _round(out.node_capped_power_w, "watts"),
-            "cpuTdpW": _round(out.cpu_tdp_w, "watts"),
-            "gpuTdpW": _round(out.gpu_tdp_w, "watts"),
-            "nodeTdpW": _round(out.node_tdp_w, "watts"),
-            "powerTrendWPerMin": _round(out.power_trend_w_per_min, "trend"),
+            "measuredNodePowerW": display_value(out.measured_power_w, "watts"),
+            "cpuCappedPowerW": display_value(out.cpu_capped_power_w, "watts"),
+            "gpuCappedPowerW": display_value(out.gpu_capped_power_w, "watts"),
+            "nodeCappedPowerW": display_value(out.node_capped_power_w, "watts"),
+            "cpuTdpW": display_value(out.cpu_tdp_w, "watts"),
+            "gpuTdpW": display_value(out.gpu_tdp_w, "watts"),
+            "nodeTdpW": display_value(out.node_tdp_w, "watts"),
+            "powerTrendWPerMin": display_value(out.power_trend_w_per_min, "trend"),
         },
     }
 

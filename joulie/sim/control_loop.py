@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from joulie.api.enums import PolicyType, Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.enforcement import control_request
@@ -26,7 +28,15 @@ from joulie.core.intents import IntentConfig, node_twin_spec
 from joulie.core.policy import PlanNode, PolicyInputs, plan
 from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import filter_reason, terms_of
-from joulie.core.twin import PowerHistory, TwinInput, cap_percentages, compute, status_fields
+from joulie.core.twin import (
+    PowerHistory,
+    TwinInput,
+    TwinOutput,
+    cap_percentages,
+    compute,
+    display_value,
+    status_fields,
+)
 from joulie.sim.cluster import Cluster
 from joulie.sim.fleet import Fleet
 from joulie.sim.placement import Scheduler
@@ -48,6 +58,9 @@ class _NodeState:
     schedulable_class: SchedulableClass | None = None
     last_w: float = 0.0
     """Power at the last reading."""
+    cap_pct: tuple[float | None, float | None] = (None, None)
+    cap_pct_of: NodeTwinSpec | None = None
+    """The spec ``cap_pct`` was computed from."""
     changed_at: float | None = None
     """When the power last moved (None: not within the trend window)."""
 
@@ -79,6 +92,8 @@ class ControlLoop:
         """Nodes whose power moved within the trend window (their twins move every reconcile)."""
         self._reconciled = False
         self.governor_writes = config.governor_control.value != "off"
+        self.eco = np.zeros(len(fleet), dtype=np.bool_)
+        """Nodes whose class is eco (not draining): no performance pod may run there."""
         self.classes_changed = False
         """Set when a node's class changed (the engine counts classes again and clears it)."""
         self.plans = 0
@@ -156,40 +171,51 @@ class ControlLoop:
             self.classes_changed = True
             refused = filter_reason(True, intent.schedulable_class, None) is not None
             self.scheduler.kept_off[node] = refused
+            self.eco[node] = intent.schedulable_class is SchedulableClass.ECO
             changed = True
         return changed
 
-    def _twin(self, node: int, t: float) -> None:
+    def _twin_output(self, node: int) -> TwinOutput:
         state = self.nodes[node]
         model = self.fleet.model(node)
-        assert state.spec is not None
+        spec = state.spec
+        assert spec is not None
         assert state.schedulable_class is not None
-        cpu_pct, gpu_pct = cap_percentages(state.spec, model.twin_hardware)
-        out = compute(
+        if state.cap_pct_of is not spec:
+            state.cap_pct = cap_percentages(spec, model.twin_hardware)
+            state.cap_pct_of = spec
+        return compute(
             TwinInput(
                 hardware=model.twin_hardware,
                 schedulable_class=state.schedulable_class,
-                cpu_cap_pct=cpu_pct,
-                gpu_cap_pct=gpu_pct,
+                cpu_cap_pct=state.cap_pct[0],
+                gpu_cap_pct=state.cap_pct[1],
                 measured_power_w=state.last_w,
                 source=POWER_SOURCE,
                 power_trend_w_per_min=self.history.trend(self.fleet.names[node]),
             )
         )
-        # The figures as the extender reads them back from NodeTwin.status (display precision).
-        status = status_fields(out)
-        measurement = status["powerMeasurement"]
+
+    def twin_status(self, node: int) -> dict[str, object]:
+        """The twin's part of the node's NodeTwin.status, as the manager would write it now
+        (wire form, display precision)."""
+        return status_fields(self._twin_output(node))
+
+    def _twin(self, node: int) -> None:
+        """Hand the node's twin to the score table with the figures at the precision the
+        extender reads them from NodeTwin.status."""
+        out = self._twin_output(node)
         self.table.set(
             self.fleet.names[node],
             terms_of(
-                schedulable_class=SchedulableClass(status["schedulableClass"]),
-                measured_w=measurement["measuredNodePowerW"],
-                capped_w=measurement["nodeCappedPowerW"],
-                trend_w_per_min=measurement["powerTrendWPerMin"],
-                headroom_score=status["predictedPowerHeadroomScore"],
-                cooling_stress=status["predictedCoolingStressScore"],
+                schedulable_class=out.schedulable_class,
+                measured_w=display_value(out.measured_power_w, "watts"),
+                capped_w=display_value(out.node_capped_power_w, "watts"),
+                trend_w_per_min=display_value(out.power_trend_w_per_min, "trend"),
+                headroom_score=display_value(out.power_headroom, "score"),
+                cooling_stress=display_value(out.cooling_stress, "score"),
                 has_measurement=True,
-                power=model.power_profile,
+                power=self.fleet.model(node).power_profile,
                 fresh=True,
             ),
         )
@@ -236,7 +262,11 @@ class ControlLoop:
             twins = set(range(len(self.fleet)))
             self._reconciled = True
         for node in sorted(twins):
-            self._twin(node, t)
+            self._twin(node)
+
+    def planned(self) -> dict[str, Profile | None]:
+        """Each node's profile in the last plan."""
+        return {name: self.nodes[i].planned for i, name in enumerate(self.fleet.names)}
 
     def class_of(self, node: int) -> SchedulableClass | None:
         return self.nodes[node].schedulable_class

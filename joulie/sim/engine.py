@@ -269,6 +269,9 @@ class Engine:
                 if self.loop is not None:
                     before = self.scheduler.kept_off.copy()
                     self.loop.reconcile(t, run.pending_perf_pods + run.running_perf_pods)
+                    # The downgrade guard's promise: a node with performance pods drains, it
+                    # never runs them as eco.
+                    run.violations += int((self.loop.eco & (cluster.performance_pods > 0)).sum())
                     opened = np.flatnonzero(before & ~self.scheduler.kept_off)
                     run.changed_nodes.update(int(n) for n in opened)
                     if self.loop.classes_changed:
@@ -360,6 +363,8 @@ class Engine:
             series=tuple(run.samples),
             misplaced_performance_pods=run.violations,
             unplaceable=run.unplaceable,
+            idle_it_w=self.cluster.it_w,
+            idle_facility_w=self.cluster.it_w * self.cluster.pue,
         )
 
 

@@ -86,6 +86,9 @@ class RunResult:
     profile_shares: Mapping[str, Mapping[str, float]]
     """Hardware family -> share of its node-time spent as performance, eco and draining."""
     series: Sequence[Sample] = field(default_factory=tuple)
+    idle_it_w: float = 0.0
+    """The cluster's IT draw at the end of the run, all work done (what it draws idling on)."""
+    idle_facility_w: float = 0.0
     unplaceable: int = 0
     """Workloads that fit nowhere even on the empty cluster (they would stay pending forever,
     so they are counted here and not waited for)."""

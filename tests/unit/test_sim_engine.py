@@ -1,0 +1,271 @@
+"""The standalone simulator's engine: reproducible, calling the live roles' decisions, and
+sane in what it reports (energy, job time, placement)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from joulie.api.inventory import parse_inventory
+from joulie.api.workload import DisruptionMode
+from joulie.cli import main as cli
+from joulie.core.pod_power import pod_demand
+from joulie.core.score_table import ScoreTable
+from joulie.core.scoring import node_terms
+from joulie.extender.cache import hardware_view, twin_view
+from joulie.hardware.simulated import simulated_hardware
+from joulie.sim.engine import Engine, Scenario
+from joulie.sim.pods import pod_manifest
+from joulie.sim.report import savings_pct
+from joulie.sim.result_io import results_json
+from joulie.sim.run_spec import RunSpec
+from joulie.sim.scenario import DEFAULT_POLICY, load_named_inventory, run, scenario_of
+from joulie.sim.trace import Workload
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "joulie" / "sim" / "data" / "inventories"
+SMALL = RunSpec(inventory="exp02", hours=6.0)
+
+
+def engine_of(spec: RunSpec) -> Engine:
+    return Engine(scenario_of(spec))
+
+
+# --- reproducible --------------------------------------------------------------------------
+
+
+def test_same_spec_gives_byte_identical_results_and_another_seed_differs() -> None:
+    spec = SMALL.model_copy(update={"baseline": "C"})
+    first = results_json([run(spec)])
+    assert first == results_json([run(spec)])
+    assert first != results_json([run(spec.model_copy(update={"seed": 2}))])
+
+
+def test_the_cli_prints_the_same_json_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--inventory", "exp02", "--hours", "3", "--format", "json", "-q"]
+    assert cli(argv) == 0
+    first = capsys.readouterr().out
+    assert cli(argv) == 0
+    assert capsys.readouterr().out == first
+    assert {r["baseline"] for r in json.loads(first)} == {"A", "B", "C"}
+
+
+# --- the live decisions, not a second implementation ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("baseline", "perf_pods", "flags"),
+    [
+        ("B", 0, ["--policy", "static_partition", "--hp-frac", str(DEFAULT_POLICY.static_hp_frac)]),
+        ("C", 0, ["--policy", "queue_aware_v1", "--perf-pods", "0"]),
+        ("C", 300, ["--policy", "queue_aware_v1", "--perf-pods", "300"]),
+    ],
+)
+def test_the_simulated_manager_splits_the_fleet_as_joulie_plan_does(
+    baseline: str, perf_pods: int, flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = INVENTORIES / "02-cluster-nodes-5k.yaml"
+    assert cli(["plan", "--inventory", str(inventory), *flags, "--output", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["nodes"]
+    engine = engine_of(RunSpec(inventory="exp02-5k", baseline=baseline, hours=1.0))  # type: ignore[arg-type]
+    assert engine.loop is not None
+    engine.loop.reconcile(0.0, perf_pods)
+    simulated = {name: str(p) for name, p in engine.loop.planned().items()}
+    assert simulated == planned
+    assert 0 < sum(p == "performance" for p in planned.values()) < len(planned)
+
+
+def test_the_simulated_extender_scores_as_the_extender_does_on_the_same_twins() -> None:
+    engine = engine_of(SMALL.model_copy(update={"baseline": "B", "limit_hours": 4.0}))
+    engine.simulate()  # twins with measurements, trends, classes of a working cluster
+    loop = engine.loop
+    assert loop is not None
+    fleet = engine.fleet
+    # What the extender builds from the NodeTwin and NodeHardware objects the manager and the
+    # pool agent would have written.
+    extender = ScoreTable()
+    for node, name in enumerate(fleet.names):
+        model = fleet.model(node)
+        twin = twin_view({"metadata": {"name": name}, "status": loop.twin_status(node)})
+        hardware = hardware_view(
+            {"metadata": {"name": name}, "status": simulated_hardware(model.summary, _catalog())}
+        )
+        assert twin.status is not None
+        extender.set(name, node_terms(twin.status, hardware.status, fresh=twin.source_ok))
+    assert engine.table is not None
+    pods = [w for w in {j.workload.kind: j.workload for j in engine.run.jobs}.values()]
+    for workload in pods:
+        for performance in (False, True):
+            demand = pod_demand(pod_manifest(_as(workload, performance)))
+            ours = engine.table.priority_array(demand, fleet.names)
+            theirs = extender.priority_array(demand, fleet.names)
+            assert ours.tolist() == theirs.tolist()
+            assert engine.table.filter_reasons(fleet.names) == extender.filter_reasons(fleet.names)
+    assert len(set(engine.table.scores(demand, fleet.names).tolist())) > 3  # not all neutral
+
+
+def _catalog():  # type: ignore[no-untyped-def]
+    from joulie.hardware.catalog import Catalog
+
+    return Catalog.load()
+
+
+def _as(workload: Workload, performance: bool) -> Workload:
+    from dataclasses import replace
+
+    return replace(workload, performance=performance)
+
+
+# --- what a user reads in the results -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_runs() -> dict[str, Engine]:
+    engines = {}
+    for baseline in ("A", "B", "C"):
+        engine = engine_of(RunSpec(baseline=baseline))  # type: ignore[arg-type]
+        engine.result = engine.simulate()  # type: ignore[attr-defined]
+        engines[baseline] = engine
+    return engines
+
+
+def test_in_the_default_scenario_b_and_c_use_less_energy_than_a(
+    default_runs: dict[str, Engine],
+) -> None:
+    a = default_runs["A"].result  # type: ignore[attr-defined]
+    for baseline in ("B", "C"):
+        saving = savings_pct([default_runs[baseline].result], [a])  # type: ignore[attr-defined]
+        assert saving[0] > 0.0, baseline
+
+
+def test_caps_never_make_a_job_run_faster_than_without_joulie(
+    default_runs: dict[str, Engine],
+) -> None:
+    slowed = 0
+    for baseline, engine in default_runs.items():
+        for job in engine.run.jobs:
+            assert job.finished_at is not None and job.started_at is not None
+            stretch = (job.finished_at - job.started_at) / job.workload.work_s
+            if baseline == "A":
+                assert stretch == pytest.approx(1.0), job.workload.id
+            else:
+                assert stretch >= 1.0 - 1e-9, job.workload.id
+                slowed += stretch > 1.0 + 1e-6
+    assert slowed > 0  # eco caps did slow some work down
+
+
+def test_performance_pods_never_run_on_eco_nodes(default_runs: dict[str, Engine]) -> None:
+    for engine in default_runs.values():
+        assert engine.result.misplaced_performance_pods == 0  # type: ignore[attr-defined]
+    b = default_runs["B"]
+    assert b.loop is not None and b.loop.eco.any()  # there were eco nodes to avoid
+
+
+# --- small hand-made clusters ---------------------------------------------------------------
+
+TWO_GPU_NODES = parse_inventory(
+    {
+        "nodes": [
+            {
+                "node_name_prefix": "gpu",
+                "replicas": 2,
+                "vendor": "nvidia",
+                "product": "NVIDIA H100 NVL",
+                "cpu": "AMD EPYC 9654 96-Core Processor",
+                "cpu_sockets": 2,
+                "cpu_cores": 192,
+                "memory_gib": 1536,
+                "gpu_count": 8,
+            }
+        ]
+    }
+)
+
+
+def _scenario(workloads: list[Workload], baseline: str = "A") -> Scenario:
+    base = scenario_of(RunSpec(inventory="exp02", hours=1.0))
+    policy = None if baseline == "A" else DEFAULT_POLICY
+    return Scenario(
+        name="t",
+        baseline=baseline,
+        seed=1,
+        inventory=TWO_GPU_NODES,
+        workloads=workloads,
+        catalog=base.catalog,
+        policy=policy,
+    )
+
+
+def gpu_job(
+    id: str, submit: float, gpus: int, priority: int = 0, pods: int = 1, **kw: object
+) -> Workload:
+    return Workload(
+        id=id,
+        submit_s=submit,
+        work_s=3600.0,
+        pods=pods,
+        min_count=pods,
+        priority=priority,
+        cpu_millis=8000,
+        memory_bytes=64 << 30,
+        gpus=gpus,
+        gpu_resource="nvidia.com/gpu",
+        cpu_sensitivity=0.1,
+        gpu_sensitivity=0.8,
+        gpu_util=0.9,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_higher_priority_gang_preempts_a_whole_all_or_nothing_gang_which_restarts() -> None:
+    low = gpu_job("low", 0.0, 8, priority=0, pods=2, disruption=DisruptionMode.ALL)
+    high = gpu_job("high", 600.0, 8, priority=100)
+    engine = Engine(_scenario([low, high]))
+    result = engine.simulate()
+    jobs = {j.workload.id: j for j in engine.run.jobs}
+    assert result.preemptions == 1 and result.preempted_pods == 2
+    assert jobs["low"].preempted == 1
+    assert jobs["high"].started_at == pytest.approx(600.0)
+    # The gang starts over once the urgent job is done, and runs its whole work again.
+    assert jobs["low"].started_at == pytest.approx(600.0 + 3600.0)
+    assert jobs["low"].finished_at == pytest.approx(600.0 + 2 * 3600.0)
+    assert result.unfinished == 0
+
+
+def test_a_workload_that_fits_nowhere_is_reported_not_waited_for() -> None:
+    huge = gpu_job("huge", 0.0, 8, pods=3)  # three 8-GPU pods, two nodes
+    fine = gpu_job("fine", 0.0, 2)
+    result = Engine(_scenario([huge, fine])).simulate()
+    assert result.unplaceable == 1
+    assert result.completed == 1
+    assert result.makespan_s == pytest.approx(3600.0)
+
+
+def test_an_eco_gpu_node_runs_gpu_work_slower_and_draws_less() -> None:
+    # Eight one-GPU jobs fill both nodes; with B one node is eco (GPU caps at 60 %).
+    workloads = [gpu_job(f"j{i}", 0.0, 1) for i in range(16)]
+    a = Engine(_scenario(workloads, "A"))
+    b = Engine(_scenario(workloads, "B"))
+    ra, rb = a.simulate(), b.simulate()
+    assert b.loop is not None and int(b.loop.eco.sum()) == 1
+    assert rb.makespan_s is not None and ra.makespan_s is not None
+    assert rb.makespan_s > ra.makespan_s
+    assert rb.it_energy_kwh < ra.it_energy_kwh
+    assert rb.classes["standard"].stretch.p99 > 1.0
+
+
+def test_energy_is_at_least_the_idle_draw_over_the_run() -> None:
+    engine = Engine(_scenario([gpu_job("j", 0.0, 4)]))
+    result = engine.simulate()
+    idle_kwh = result.idle_it_w * result.simulated_s / 3.6e6
+    assert result.it_energy_kwh > idle_kwh
+    assert float(np.sum(engine.cluster.node_energy_j)) / 3.6e6 == pytest.approx(
+        result.it_energy_kwh
+    )
+
+
+def test_embedded_inventories_load() -> None:
+    assert load_named_inventory("exp02-5k").node_count() == 5000
+    assert load_named_inventory("default").node_count() > 0
