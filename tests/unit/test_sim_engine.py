@@ -16,12 +16,14 @@ from joulie.core.pod_power import pod_demand
 from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import node_terms
 from joulie.extender.cache import hardware_view, twin_view
+from joulie.hardware.catalog import Catalog
 from joulie.hardware.simulated import simulated_hardware
 from joulie.sim.engine import Engine, Scenario
 from joulie.sim.pods import pod_manifest
 from joulie.sim.report import savings_pct
 from joulie.sim.result_io import results_json
-from joulie.sim.run_spec import RunSpec
+from joulie.sim.results import RunResult
+from joulie.sim.run_spec import BASELINES, RunSpec
 from joulie.sim.scenario import DEFAULT_POLICY, load_named_inventory, run, scenario_of
 from joulie.sim.trace import Workload
 
@@ -95,7 +97,7 @@ def test_the_simulated_extender_scores_as_the_extender_does_on_the_same_twins() 
         assert twin.status is not None
         extender.set(name, node_terms(twin.status, hardware.status, fresh=twin.source_ok))
     assert engine.table is not None
-    pods = [w for w in {j.workload.kind: j.workload for j in engine.run.jobs}.values()]
+    pods = list({j.workload.kind: j.workload for j in engine.run.jobs}.values())
     for workload in pods:
         for performance in (False, True):
             demand = pod_demand(pod_manifest(_as(workload, performance)))
@@ -106,9 +108,7 @@ def test_the_simulated_extender_scores_as_the_extender_does_on_the_same_twins() 
     assert len(set(engine.table.scores(demand, fleet.names).tolist())) > 3  # not all neutral
 
 
-def _catalog():  # type: ignore[no-untyped-def]
-    from joulie.hardware.catalog import Catalog
-
+def _catalog() -> Catalog:
     return Catalog.load()
 
 
@@ -122,31 +122,33 @@ def _as(workload: Workload, performance: bool) -> Workload:
 
 
 @pytest.fixture(scope="module")
-def default_runs() -> dict[str, Engine]:
-    engines = {}
-    for baseline in ("A", "B", "C"):
-        engine = engine_of(RunSpec(baseline=baseline))  # type: ignore[arg-type]
-        engine.result = engine.simulate()  # type: ignore[attr-defined]
-        engines[baseline] = engine
-    return engines
+def default_runs() -> dict[str, tuple[Engine, RunResult]]:
+    """The default scenario (what a bare `joulie simulate` runs), engines kept for a look
+    inside."""
+    runs = {}
+    for baseline in BASELINES:
+        engine = engine_of(RunSpec(baseline=baseline))
+        runs[baseline] = (engine, engine.simulate())
+    return runs
 
 
 def test_in_the_default_scenario_b_and_c_use_less_energy_than_a(
-    default_runs: dict[str, Engine],
+    default_runs: dict[str, tuple[Engine, RunResult]],
 ) -> None:
-    a = default_runs["A"].result  # type: ignore[attr-defined]
+    a = default_runs["A"][1]
     for baseline in ("B", "C"):
-        saving = savings_pct([default_runs[baseline].result], [a])  # type: ignore[attr-defined]
+        saving = savings_pct([default_runs[baseline][1]], [a])
         assert saving[0] > 0.0, baseline
 
 
 def test_caps_never_make_a_job_run_faster_than_without_joulie(
-    default_runs: dict[str, Engine],
+    default_runs: dict[str, tuple[Engine, RunResult]],
 ) -> None:
     slowed = 0
-    for baseline, engine in default_runs.items():
+    for baseline, (engine, _) in default_runs.items():
         for job in engine.run.jobs:
-            assert job.finished_at is not None and job.started_at is not None
+            assert job.finished_at is not None
+            assert job.started_at is not None
             stretch = (job.finished_at - job.started_at) / job.workload.work_s
             if baseline == "A":
                 assert stretch == pytest.approx(1.0), job.workload.id
@@ -156,11 +158,14 @@ def test_caps_never_make_a_job_run_faster_than_without_joulie(
     assert slowed > 0  # eco caps did slow some work down
 
 
-def test_performance_pods_never_run_on_eco_nodes(default_runs: dict[str, Engine]) -> None:
-    for engine in default_runs.values():
-        assert engine.result.misplaced_performance_pods == 0  # type: ignore[attr-defined]
-    b = default_runs["B"]
-    assert b.loop is not None and b.loop.eco.any()  # there were eco nodes to avoid
+def test_performance_pods_never_run_on_eco_nodes(
+    default_runs: dict[str, tuple[Engine, RunResult]],
+) -> None:
+    for _, result in default_runs.values():
+        assert result.misplaced_performance_pods == 0
+    b = default_runs["B"][0]
+    assert b.loop is not None
+    assert b.loop.eco.any()  # there were eco nodes to avoid
 
 
 # --- small hand-made clusters ---------------------------------------------------------------
@@ -225,7 +230,8 @@ def test_a_higher_priority_gang_preempts_a_whole_all_or_nothing_gang_which_resta
     engine = Engine(_scenario([low, high]))
     result = engine.simulate()
     jobs = {j.workload.id: j for j in engine.run.jobs}
-    assert result.preemptions == 1 and result.preempted_pods == 2
+    assert result.preemptions == 1
+    assert result.preempted_pods == 2
     assert jobs["low"].preempted == 1
     assert jobs["high"].started_at == pytest.approx(600.0)
     # The gang starts over once the urgent job is done, and runs its whole work again.
@@ -249,8 +255,10 @@ def test_an_eco_gpu_node_runs_gpu_work_slower_and_draws_less() -> None:
     a = Engine(_scenario(workloads, "A"))
     b = Engine(_scenario(workloads, "B"))
     ra, rb = a.simulate(), b.simulate()
-    assert b.loop is not None and int(b.loop.eco.sum()) == 1
-    assert rb.makespan_s is not None and ra.makespan_s is not None
+    assert b.loop is not None
+    assert int(b.loop.eco.sum()) == 1
+    assert rb.makespan_s is not None
+    assert ra.makespan_s is not None
     assert rb.makespan_s > ra.makespan_s
     assert rb.it_energy_kwh < ra.it_energy_kwh
     assert rb.classes["standard"].stretch.p99 > 1.0
