@@ -125,7 +125,7 @@ def _as(workload: Workload, performance: bool) -> Workload:
 def default_runs() -> dict[str, tuple[Engine, RunResult]]:
     """The default scenario (what a bare `joulie simulate` runs), engines kept for a look
     inside."""
-    runs = {}
+    runs: dict[str, tuple[Engine, RunResult]] = {}
     for baseline in BASELINES:
         engine = engine_of(RunSpec(baseline=baseline))
         runs[baseline] = (engine, engine.simulate())
