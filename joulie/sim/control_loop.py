@@ -263,6 +263,8 @@ class ControlLoop:
             self._reconciled = True
         for node in sorted(twins):
             self._twin(node)
+        if twins:
+            self.scheduler.table_changed()
 
     def planned(self) -> dict[str, Profile | None]:
         """Each node's profile in the last plan."""

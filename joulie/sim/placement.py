@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from joulie.core.pod_power import PodDemand
 from joulie.core.score_table import ScoreTable
 from joulie.sim.cluster import Cluster, Job
 from joulie.sim.fleet import Fleet
@@ -48,6 +49,7 @@ class Scheduler:
         self._cpu = fleet.cpu_millis
         self._memory = fleet.memory_bytes
         self._gpus = fleet.gpus
+        self._asked: dict[int, tuple[PodDemand, npt.NDArray[np.intp]]] = {}
         self._offers: dict[str, BoolArray] = {}
         for resource in {r for r in fleet.gpu_resource if r}:
             self._offers[resource] = np.array([r == resource for r in fleet.gpu_resource])
@@ -80,9 +82,24 @@ class Scheduler:
         balanced = (1.0 - np.abs(cpu_after - memory_after) / 2.0) * 100.0
         total = np.floor(least) + np.floor(balanced)
         if self.table is not None:
-            priorities = self.table.priority_array(job.demand, self.fleet.names)
-            total += priorities[nodes] * (EXTENDER_WEIGHT * 10)
+            total += self._priorities(job)[nodes] * (EXTENDER_WEIGHT * 10)
         return total
+
+    def _priorities(self, job: Job) -> npt.NDArray[np.intp]:
+        """The extender's priorities of every node for the job's pods. The table only changes
+        when the control loop hands it new twins, so within a reconcile interval the answer
+        for one pod is kept (a gang's members ask the same question)."""
+        assert self.table is not None
+        found = self._asked.get(id(job.demand))
+        if found is not None and found[0] is job.demand:
+            return found[1]
+        priorities = self.table.priority_array(job.demand, self.fleet.names)
+        self._asked[id(job.demand)] = (job.demand, priorities)
+        return priorities
+
+    def table_changed(self) -> None:
+        """The control loop wrote twins into the table: forget the priorities kept."""
+        self._asked.clear()
 
     def best(self, job: Job, candidates: IntArray | None = None) -> int | None:
         """The node one more pod of ``job`` goes to (among ``candidates``, else all), or None
@@ -100,6 +117,21 @@ class Scheduler:
 
     # --- a workload ---------------------------------------------------------------------
 
+    def _room_for(self, job: Job) -> int:
+        """How many pods of ``job`` the free room of all allowed nodes holds together."""
+        w = job.workload
+        c = self.cluster
+        nodes = np.flatnonzero(self.fits(job))
+        if nodes.size == 0:
+            return 0
+        room = np.minimum(
+            (self._cpu[nodes] - c.used_cpu[nodes]) // max(w.cpu_millis, 1),
+            (self._memory[nodes] - c.used_memory[nodes]) // max(w.memory_bytes, 1),
+        )
+        if w.gpus and w.gpu_resource:
+            room = np.minimum(room, (self._gpus[nodes] - c.used_gpus[nodes]) // w.gpus)
+        return int(room.sum())
+
     def place(self, job: Job, candidates: IntArray | None = None) -> list[int] | None:
         """Nodes for the workload's pods (one entry per pod placed), or None when it does not
         fit now. Nothing is committed: the caller starts the job on the nodes returned."""
@@ -112,6 +144,8 @@ class Scheduler:
     def _place_gang(self, job: Job) -> list[int] | None:
         w = job.workload
         c = self.cluster
+        if self._room_for(job) < w.min_count:
+            return None  # placing the members one by one could only fail
         gpus = w.gpus if w.gpu_resource else 0
         placed: list[int] = []
         try:
