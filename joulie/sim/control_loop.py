@@ -91,6 +91,8 @@ class ControlLoop:
         self._recent: set[int] = set()
         """Nodes whose power moved within the trend window (their twins move every reconcile)."""
         self._reconciled = False
+        self._first_reconcile = 0.0
+        """When the manager started: it has no readings from before."""
         self.governor_writes = config.governor_control.value != "off"
         self.eco = np.zeros(len(fleet), dtype=np.bool_)
         """Nodes whose class is eco (not draining): no performance pod may run there."""
@@ -229,7 +231,8 @@ class ControlLoop:
             # Quiet until now: the readings the live manager took meanwhile all said last_w.
             steps = int(self.history.window_s // self.interval_s)
             for k in range(steps, 0, -1):
-                self.history.record(name, t - k * self.interval_s, state.last_w)
+                if t - k * self.interval_s >= self._first_reconcile:
+                    self.history.record(name, t - k * self.interval_s, state.last_w)
         state.changed_at = t
         state.last_w = watts
         self._recent.add(node)
@@ -239,6 +242,8 @@ class ControlLoop:
 
     def reconcile(self, t: float, perf_pods: int) -> None:
         cluster = self.cluster
+        if not self._reconciled:
+            self._first_reconcile = t
         dirty = self._plan(perf_pods, t) | cluster.pods_changed
         cluster.pods_changed.clear()
         twins: set[int] = set()
@@ -248,16 +253,16 @@ class ControlLoop:
         for node in sorted(cluster.power_changed):
             self._read_power(node, t)
         cluster.power_changed.clear()
-        quiet_after = self.history.window_s + self.interval_s
         for node in sorted(self._recent):
             state = self.nodes[node]
             assert state.changed_at is not None
-            if t - state.changed_at > quiet_after:
-                state.changed_at = None  # every reading in the window is the same: trend 0
-                self._recent.discard(node)
-            elif state.changed_at < t:
+            if state.changed_at < t:
                 self.history.record(self.fleet.names[node], t, state.last_w)
             twins.add(node)
+            if t - state.changed_at >= self.history.window_s:
+                # Every reading in the window now says last_w: the trend is 0 until it moves.
+                state.changed_at = None
+                self._recent.discard(node)
         if not self._reconciled:
             twins = set(range(len(self.fleet)))
             self._reconciled = True
