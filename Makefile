@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: test demo install binaries prometheus lint typecheck pytest generate crds docs image clean \
-	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-agent-pool bench-agent-daemon \
+	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-simulate bench-agent-pool bench-agent-daemon \
 	bench-extender
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
@@ -76,6 +76,10 @@ bench-manager: install binaries
 # The twin's CPU cost per reconcile at 5,000 nodes (no cluster needed).
 bench-twin: install
 	$(BIN)/python -m bench.twin
+
+# The standalone simulator: exp02 at 5,000 nodes, 60 h, per baseline; run time against nodes.
+bench-simulate: install
+	$(BIN)/python -m bench.simulate
 
 # Agent pool mode at 5,000 nodes on 2 shards: first and steady pass, CPU per pass, RSS.
 bench-agent-pool: install binaries
