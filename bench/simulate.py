@@ -114,7 +114,7 @@ def main() -> None:
         for baseline in args.baselines.split(","):
             spec = RunSpec(
                 inventory="exp02-5k",
-                baseline=baseline,  # type: ignore[arg-type]
+                baseline=baseline,
                 hours=args.hours,
                 limit_hours=limit,
             )
