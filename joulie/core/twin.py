@@ -27,7 +27,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from joulie.api.enums import SchedulableClass
 from joulie.api.keys import AGENT_REPORTING_CONDITION
@@ -43,6 +43,7 @@ __all__ = [
     "REFERENCE_GPUS",
     "UNMANAGED_SOURCE",
     "PowerHistory",
+    "RecognisedHardware",
     "TwinHardware",
     "TwinInput",
     "TwinOutput",
@@ -88,34 +89,45 @@ class TwinHardware:
     """Lowest package cap one socket accepts."""
 
 
+class RecognisedHardware(Protocol):
+    """What the roles recognised of a node's hardware (``joulie.hardware.recognition``'s
+    HardwareView has these; core cannot import it)."""
+
+    @property
+    def cpu_max_w_per_socket(self) -> float | None: ...
+    @property
+    def sockets(self) -> int | None: ...
+    @property
+    def physical_cores(self) -> int | None: ...
+    @property
+    def gpu_count(self) -> int: ...
+    @property
+    def catalog_gpu_range(self) -> CapRange | None: ...
+
+
 def twin_hardware(
-    *,
-    cpu_max_watts_per_socket: float | None,
-    sockets: int | None,
-    physical_cores: int | None,
-    gpu_count: int,
-    catalog_gpu_range: CapRange | None,
+    view: RecognisedHardware,
     hardware: NodeHardwareStatus | None,
     labels: Mapping[str, str],
     config: IntentConfig,
 ) -> TwinHardware:
-    """A node's twin hardware figures from its recognised hardware (the first five arguments,
-    as :class:`joulie.hardware.recognition.HardwareView` holds them), its NodeHardware status and
+    """A node's twin hardware figures from its recognised hardware, its NodeHardware status and
     labels. The GPU range comes from the same source the GPU caps are resolved against
     (NodeHardware, else the catalog, else GPU_MODEL_CAPS_JSON), so the budget the twin computes is
     the one the caps were written against; the CPU minimum is the agent's cap range."""
+    gpu_count = view.gpu_count
     gpu_min: float | None = None
     gpu_max: float | None = None
     if gpu_count > 0:
         product = gpu_product_label(labels, config.gpu_product_label_keys)
-        found = gpu_cap_range(hardware, catalog_gpu_range, product, config.gpu_model_caps)
+        found = gpu_cap_range(hardware, view.catalog_gpu_range, product, config.gpu_model_caps)
         if found is not None:
             gpu_min, gpu_max = found
     cpu_range = hardware.cpu.cap_range if hardware is not None and hardware.cpu else None
     return TwinHardware(
-        cpu_max_watts_per_socket=cpu_max_watts_per_socket,
-        sockets=sockets,
-        physical_cores=physical_cores,
+        cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
+        sockets=view.sockets,
+        physical_cores=view.physical_cores,
         gpu_count=gpu_count,
         gpu_max_watts=gpu_max,
         gpu_min_watts=gpu_min,

@@ -17,9 +17,7 @@ import structlog
 
 from joulie.api import keys
 from joulie.api.enums import SchedulableClass
-from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinSpec
-from joulie.core.intents import IntentConfig
 from joulie.core.twin import (
     PowerHistory,
     TwinHardware,
@@ -28,35 +26,14 @@ from joulie.core.twin import (
     compute,
     looks_like_energy,
     status_fields,
+    twin_hardware,
 )
-from joulie.core.twin import twin_hardware as core_twin_hardware
-from joulie.hardware.recognition import HardwareView
 from joulie.manager.facility import FacilityReading
 from joulie.manager.power import NodePower
 
 log = structlog.get_logger("joulie.manager.twin")
 
 __all__ = ["TwinTracker", "twin_hardware"]
-
-
-def twin_hardware(
-    view: HardwareView,
-    hardware: NodeHardwareStatus | None,
-    labels: Mapping[str, str],
-    config: IntentConfig,
-) -> TwinHardware:
-    """The twin's hardware figures of a node from its hardware view (see
-    :func:`joulie.core.twin.twin_hardware`)."""
-    return core_twin_hardware(
-        cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
-        sockets=view.sockets,
-        physical_cores=view.physical_cores,
-        gpu_count=view.gpu_count,
-        catalog_gpu_range=view.catalog_gpu_range,
-        hardware=hardware,
-        labels=labels,
-        config=config,
-    )
 
 
 def _observed_number(measurement: Mapping[str, Any], key: str) -> float | None:

@@ -32,10 +32,11 @@ def add_parser(sub: Any) -> None:
     simulate = sub.add_parser(
         "simulate",
         help="simulate Joulie on a virtual cluster: energy against job time, per baseline",
-        description="Runs the embedded default scenario (a heterogeneous 41-node inventory, a "
-        "generated day of work) for baselines A (no Joulie), B (static_partition) and C "
-        "(queue_aware_v1) and prints a comparison table. The options change the inventory, "
-        "the workload, the baselines and seeds; the sub-commands run sweeps.",
+        description="Runs the embedded default scenario (a heterogeneous 500-node inventory "
+        "of 8 hardware families, a generated day of work) for baselines A (no Joulie), B "
+        "(static_partition) and C (queue_aware_v1) and prints a comparison table. The options "
+        "change the inventory, the workload, the baselines and seeds; the sub-commands run "
+        "sweeps.",
     )
     simulate.add_argument(
         "--inventory",

@@ -95,16 +95,7 @@ def _group_model(group: NodeGroup, catalog: Catalog, config: IntentConfig) -> Gr
     view = hardware_view(
         hardware, labels, annotations, capacity, catalog, config.gpu_product_label_keys
     )
-    twin_hw = twin_hardware(
-        cpu_max_watts_per_socket=view.cpu_max_w_per_socket,
-        sockets=view.sockets,
-        physical_cores=view.physical_cores,
-        gpu_count=view.gpu_count,
-        catalog_gpu_range=view.catalog_gpu_range,
-        hardware=hardware,
-        labels=labels,
-        config=config,
-    )
+    twin_hw = twin_hardware(view, hardware, labels, config)
     return GroupModel(
         group=group,
         labels=labels,
