@@ -16,154 +16,32 @@ no global random state, no clock, the same seed gives the same list.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from joulie.api.inventory import Inventory, NodeGroup
 from joulie.api.workload import DisruptionMode
+from joulie.sim.arrivals import arrival_times, diurnal_rate
+from joulie.sim.generator_options import ARRIVAL_PROCESSES, GeneratorOptions, check_number
 from joulie.sim.trace import Workload
 
-ARRIVAL_PROCESSES = ("poisson", "diurnal", "bursts")
+__all__ = [
+    "ARRIVAL_PROCESSES",
+    "KINDS",
+    "GeneratorOptions",
+    "JobKind",
+    "diurnal_rate",
+    "generate",
+]
+
 _GIB = 1 << 30
 _MIB = 1 << 20
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratorOptions:
-    """What the generator makes; every field has a default, so ``GeneratorOptions()`` is a
-    reasonable mixed cluster day."""
-
-    arrivals: str = "poisson"
-    """Arrival process: ``poisson`` (constant rate), ``diurnal`` (rate follows a day curve,
-    the run starting at midnight) or ``bursts`` (constant rate plus bursts of many jobs)."""
-    load: float = 0.6
-    """Offered load: the share of the CPU-only nodes' core-hours, and of each GPU kind's
-    GPU-hours, that the submitted work requests over the run (requests x run time at full
-    speed). Above 1 means more work than the cluster can do in the time."""
-    cpu_small_share: float = 0.45
-    """Of the CPU batch jobs, the share that are small: 4-32 cores, 0.5-2 hours. Batch jobs
-    are node-sized, as on the batch clusters these inventories model: a 5,000-node inventory
-    then gets tens of thousands of jobs in a few days, not hundreds of thousands."""
-    cpu_medium_share: float = 0.40
-    """Medium CPU batch: 32-96 cores, 1-4 hours."""
-    cpu_large_share: float = 0.15
-    """Large CPU batch: 96-192 cores, 2-6 hours. The three CPU shares sum to 1."""
-    gpu_inference_share: float = 0.30
-    """Of the GPU jobs, the share that are debug/inference: 1-4 GPUs, 0.5-2 hours."""
-    gpu_training_share: float = 0.55
-    """Single-pod GPU training: 1-8 GPUs, 1-8 hours."""
-    gpu_distributed_share: float = 0.15
-    """Distributed GPU training, a gang of 2-4 pods of 4-8 GPUs each, 2-12 hours; a gang has
-    at most a quarter of the nodes that can hold one of its pods (a gang left with one pod
-    runs as a lone workload). The three GPU shares sum to 1."""
-    perf_ratio: float = 0.3
-    """Share of workloads marked performance. Training is marked more often than batch (weights
-    in ``KINDS``), as upstream's generator did; the overall share stays ``perf_ratio``."""
-    batch_priority: int = 0
-    """Priority of CPU batch jobs."""
-    default_priority: int = 100
-    """Priority of GPU jobs."""
-    urgent_priority: int = 1000
-    """Priority of the urgent share, whatever their kind."""
-    urgent_share: float = 0.02
-    """Share of workloads submitted at ``urgent_priority``."""
-    gang_all_share: float = 0.8
-    """Share of distributed-training gangs with disruption ``all`` (the rest ``single``)."""
-    cpu_load_on_gpu_nodes: float = 0.1
-    """Only for an inventory without CPU-only nodes: CPU batch is then sized to this share of
-    the GPU nodes' cores (times ``load``), as the GPU jobs use the rest of them."""
-    diurnal_peak_hour: float = 16.0
-    """``diurnal``: hour of the day with the highest rate; the lowest is 12 hours away."""
-    diurnal_trough_ratio: float = 0.2
-    """``diurnal``: the lowest rate as a share of the highest."""
-    burst_share: float = 0.25
-    """``bursts``: share of the arrivals that come in bursts. Burst sizes follow from it, so
-    a burst is as sudden on a 5,000-node inventory as on a 41-node one."""
-    bursts_per_day: float = 4.0
-    """``bursts``: mean number of bursts a day (at least one burst in any run)."""
-    burst_window_s: float = 300.0
-    """``bursts``: seconds over which one burst's jobs arrive."""
-
-    def __post_init__(self) -> None:
-        if self.arrivals not in ARRIVAL_PROCESSES:
-            raise ValueError(
-                f"arrivals: {self.arrivals!r} is not one of {', '.join(ARRIVAL_PROCESSES)}"
-            )
-        _number("load", self.load, low=0.0, low_open=True)
-        for name in _SHARE_FIELDS:
-            _number(name, getattr(self, name), low=0.0, high=1.0)
-        for group in _MIX_GROUPS:
-            total = sum(getattr(self, name) for name in group)
-            if not math.isclose(total, 1.0, abs_tol=1e-6):
-                raise ValueError(f"{' + '.join(group)} must sum to 1, got {total:g}")
-        for name in ("batch_priority", "default_priority", "urgent_priority"):
-            _integer(name, getattr(self, name))
-        _number("diurnal_peak_hour", self.diurnal_peak_hour, low=0.0, high=24.0)
-        _number("bursts_per_day", self.bursts_per_day, low=0.0, low_open=True)
-        _number("burst_window_s", self.burst_window_s, low=0.0)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> GeneratorOptions:
-        """Options from a plain mapping (a run spec's ``generator``); unknown keys are an
-        error that names them and the accepted ones."""
-        accepted = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(accepted))
-        if unknown:
-            raise ValueError(
-                f"unknown generator option(s): {', '.join(unknown)}; "
-                f"accepted: {', '.join(accepted)}"
-            )
-        return cls(**dict(data))
-
-
-_SHARE_FIELDS = (
-    "cpu_small_share",
-    "cpu_medium_share",
-    "cpu_large_share",
-    "gpu_inference_share",
-    "gpu_training_share",
-    "gpu_distributed_share",
-    "perf_ratio",
-    "urgent_share",
-    "gang_all_share",
-    "cpu_load_on_gpu_nodes",
-    "diurnal_trough_ratio",
-    "burst_share",
-)
-_MIX_GROUPS = (
-    ("cpu_small_share", "cpu_medium_share", "cpu_large_share"),
-    ("gpu_inference_share", "gpu_training_share", "gpu_distributed_share"),
-)
-
-
-def _number(
-    name: str,
-    value: object,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name}: expected a finite number, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name}: must be {'>' if low_open else '>='} {low:g}, got {value!r}")
-    if high is not None and value > high:
-        raise ValueError(f"{name}: must be <= {high:g}, got {value!r}")
-
-
-def _integer(name: str, value: object, *, low: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
-    if low is not None and value < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
 
 
 # --- job kinds -------------------------------------------------------------------------------
@@ -386,54 +264,6 @@ def _fill(rng: np.random.Generator, part: _Part, options: GeneratorOptions, budg
     return jobs.select(np.array(keep, dtype=np.int64))
 
 
-# --- arrival times ---------------------------------------------------------------------------
-
-
-def _arrivals(
-    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
-) -> FloatArray:
-    """``n`` arrival times in [0, horizon_s) of the chosen process (unsorted)."""
-    if options.arrivals == "diurnal":
-        return _diurnal(rng, n, horizon_s, options)
-    if options.arrivals == "bursts":
-        return _bursts(rng, n, horizon_s, options)
-    return rng.uniform(0.0, horizon_s, n)
-
-
-def diurnal_rate(hour_of_day: FloatArray, peak_hour: float, trough_ratio: float) -> FloatArray:
-    """Relative arrival rate over the day: 1 at ``peak_hour``, ``trough_ratio`` twelve hours
-    away, a cosine in between."""
-    phase = 2 * np.pi * (hour_of_day - peak_hour) / 24.0
-    return trough_ratio + (1.0 - trough_ratio) * (1.0 + np.cos(phase)) / 2.0
-
-
-def _diurnal(
-    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
-) -> FloatArray:
-    # Inverse transform sampling on a one-minute grid of the rate's integral.
-    grid = np.linspace(0.0, horizon_s, max(2, math.ceil(horizon_s / 60.0) + 1))
-    rate = diurnal_rate(
-        (grid / 3600.0) % 24.0, options.diurnal_peak_hour, options.diurnal_trough_ratio
-    )
-    cumulative = np.concatenate(([0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))))
-    return np.interp(rng.uniform(0.0, cumulative[-1], n), cumulative, grid)
-
-
-def _bursts(
-    rng: np.random.Generator, n: int, horizon_s: float, options: GeneratorOptions
-) -> FloatArray:
-    in_bursts = round(n * options.burst_share)
-    count = max(1, int(rng.poisson(options.bursts_per_day * horizon_s / 86400.0)))
-    # Bursts of uneven size: each takes a share between 1 and 3 parts of the burst arrivals.
-    weights = rng.uniform(1.0, 3.0, count)
-    sizes = rng.multinomial(in_bursts, weights / weights.sum())
-    window = min(options.burst_window_s, horizon_s)
-    starts = rng.uniform(0.0, horizon_s - window, count)
-    burst_times = np.repeat(starts, sizes) + rng.uniform(0.0, window, in_bursts)
-    base = rng.uniform(0.0, horizon_s, n - in_bursts)
-    return np.minimum(np.concatenate((base, burst_times)), np.nextafter(horizon_s, 0))
-
-
 # --- the whole workload ----------------------------------------------------------------------
 
 
@@ -444,7 +274,7 @@ def generate(
     ``w000001``... in that order. The same arguments always give the same list."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
-    _number("hours", hours, low=0.0, low_open=True)
+    check_number("hours", hours, low=0.0, low_open=True)
     rng = np.random.Generator(np.random.PCG64(seed))
     horizon_s = hours * 3600.0
     drawn: list[_Jobs] = []
@@ -454,7 +284,7 @@ def generate(
         jobs = _fill(rng, part, options, options.load * part.capacity * horizon_s)
         drawn.append(jobs)
         resources.append(part.resource)
-        times.append(_arrivals(rng, len(jobs.kind), horizon_s, options))
+        times.append(arrival_times(rng, len(jobs.kind), horizon_s, options))
     if not drawn:
         return []
     jobs = _Jobs.concat(drawn)
