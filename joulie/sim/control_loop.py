@@ -25,7 +25,7 @@ from joulie.api.enums import PolicyType, Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.enforcement import control_request
 from joulie.core.intents import IntentConfig, node_twin_spec
-from joulie.core.policy import PlanNode, PolicyInputs, plan
+from joulie.core.policy import PlanNode, PolicyInputs, plan, queue_hp_count
 from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import filter_reason, terms_of
 from joulie.core.twin import (
@@ -103,13 +103,29 @@ class ControlLoop:
 
     # --- the plan -----------------------------------------------------------------------
 
+    def _demand(self, perf_pods: int) -> int | None:
+        """What of the performance-pod count the policy reads: queue_aware_v1's node count
+        (``core.policy.queue_hp_count``); None for policies that ignore it."""
+        if self.inputs.policy != PolicyType.QUEUE_AWARE_V1:
+            return None
+        i = self.inputs
+        return queue_hp_count(
+            len(self.fleet),
+            perf_pods,
+            i.queue_hp_base_frac,
+            i.queue_hp_min,
+            i.queue_hp_max,
+            i.queue_perf_per_hp_node,
+        )
+
     def _plan(self, perf_pods: int, t: float) -> set[int]:
-        """Ask the policy again if its inputs moved; the nodes whose planned profile changed."""
-        policy = self.inputs.policy
+        """Ask the policy again if its inputs moved (the labels, or the node count the demand
+        asks for); the nodes whose planned profile changed."""
+        demand = self._demand(perf_pods)
         if (
             self._plan_nodes is not None
-            and policy != PolicyType.RULE_SWAP_V1
-            and (policy == PolicyType.STATIC_PARTITION or perf_pods == self._planned_for)
+            and self.inputs.policy != PolicyType.RULE_SWAP_V1
+            and demand == self._planned_for
         ):
             return set()
         if self._plan_nodes is None:
@@ -119,7 +135,7 @@ class ControlLoop:
             ]
         result = plan(self._plan_nodes, self.inputs, perf_pods, t)
         self.plans += 1
-        self._planned_for = perf_pods
+        self._planned_for = demand
         self._policy_name = result.policy_name
         moved: set[int] = set()
         for i, name in enumerate(self.fleet.names):
