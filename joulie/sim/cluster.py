@@ -56,6 +56,9 @@ class Job:
     """The latest start (a preempted workload starts over)."""
     finished_at: float | None = None
     preempted: int = 0
+    room_bound: int | None = None
+    """A gang that did not fit: at most how many of its pods the cluster could hold then
+    (placement's cheap test before trying again)."""
 
     @property
     def running(self) -> bool:

@@ -177,9 +177,8 @@ class Engine:
             if not self.queue.waiting[index]:
                 continue  # started earlier in this pass (it was listed twice)
             retry = bool(self.queue.parked[index])
-            # A gang needs several nodes at once: once room was freed anywhere it is tried
-            # whole; a lone pod that was parked only on the nodes that changed.
-            nodes = self.scheduler.place(job, changed if retry and not job.workload.gang else None)
+            # A parked workload can only fit now thanks to the nodes that changed.
+            nodes = self.scheduler.place(job, changed if retry else None)
             if nodes is None and not retry:
                 nodes = self._preempt(job, t)
             if nodes is None:

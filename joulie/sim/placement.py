@@ -54,6 +54,11 @@ class Scheduler:
         for resource in {r for r in fleet.gpu_resource if r}:
             self._offers[resource] = np.array([r == resource for r in fleet.gpu_resource])
 
+    def offers(self, resource: str) -> BoolArray:
+        """Which nodes offer GPUs as ``resource``."""
+        found = self._offers.get(resource)
+        return found if found is not None else np.zeros(len(self.fleet), dtype=np.bool_)
+
     # --- one pod ------------------------------------------------------------------------
 
     def fits(self, job: Job, nodes: IntArray | None = None) -> BoolArray:
@@ -117,11 +122,12 @@ class Scheduler:
 
     # --- a workload ---------------------------------------------------------------------
 
-    def _room_for(self, job: Job) -> int:
-        """How many pods of ``job`` the free room of all allowed nodes holds together."""
+    def _room_for(self, job: Job, among: IntArray | None = None) -> int:
+        """How many pods of ``job`` the free room of the allowed nodes (of ``among``, else
+        all) holds together."""
         w = job.workload
         c = self.cluster
-        nodes = np.flatnonzero(self.fits(job))
+        nodes = np.flatnonzero(self.fits(job)) if among is None else among[self.fits(job, among)]
         if nodes.size == 0:
             return 0
         room = np.minimum(
@@ -139,12 +145,23 @@ class Scheduler:
         if w.pods == 1:
             node = self.best(job, candidates)
             return None if node is None else [node]
-        return self._place_gang(job)
+        return self._place_gang(job, candidates)
 
-    def _place_gang(self, job: Job) -> list[int] | None:
+    def _place_gang(self, job: Job, changed: IntArray | None) -> list[int] | None:
+        """``changed``: the gang was found not to fit, and only these nodes gained room since.
+        What the rest of the cluster held for it then is an upper bound of what it holds now,
+        so the gang is only placed member by member once that bound plus the changed nodes'
+        room reaches ``min_count``."""
         w = job.workload
         c = self.cluster
-        if self._room_for(job) < w.min_count:
+        if changed is not None and job.room_bound is not None:
+            bound = job.room_bound + self._room_for(job, changed)
+            if bound < w.min_count:
+                job.room_bound = bound
+                return None
+        room = self._room_for(job)
+        if room < w.min_count:
+            job.room_bound = room
             return None  # placing the members one by one could only fail
         gpus = w.gpus if w.gpu_resource else 0
         placed: list[int] = []

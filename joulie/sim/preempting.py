@@ -56,8 +56,9 @@ def _domain(job: Job, cluster: Cluster, scheduler: Scheduler) -> list[int]:
         fleet.memory_bytes - cluster.used_memory + spare_memory >= w.memory_bytes
     )
     if w.gpus and w.gpu_resource:
-        offers = np.array([r == w.gpu_resource for r in fleet.gpu_resource])
-        room &= offers & (fleet.gpus - cluster.used_gpus + spare_gpus >= w.gpus)
+        room &= scheduler.offers(w.gpu_resource) & (
+            fleet.gpus - cluster.used_gpus + spare_gpus >= w.gpus
+        )
     if scheduler.table is not None and w.performance:
         room &= ~scheduler.kept_off
     room &= (spare_cpu > 0) | (spare_gpus > 0)
