@@ -243,20 +243,26 @@ class Engine:
         counts = self._count_classes()
         total = len(jobs)
         last_progress = -1.0
+        stopped = False
         while True:
             t_next = min(
                 jobs[arrival].workload.submit_s if arrival < total else math.inf,
                 self._next_completion(),
                 next_tick,
             )
-            if run.completed + run.unplaceable == total or t_next > s.limit_s:
+            if run.completed + run.unplaceable == total:
                 break
+            if t_next > s.limit_s:
+                t_next = s.limit_s  # account the time up to the limit, then stop
+                stopped = True
             dt = t_next - t
             if dt > 0:
                 for family, row in zip(self.families, counts, strict=True):
                     run.shares[family] += row * dt
             cluster.advance(t_next)
             t = t_next
+            if stopped:
+                break
             self._complete_due(t)
             while arrival < total and jobs[arrival].workload.submit_s <= t:
                 if self.scheduler.ever_fits(jobs[arrival]):
@@ -286,10 +292,9 @@ class Engine:
                 if fraction - last_progress >= 0.01:
                     last_progress = fraction
                     self.progress(fraction)
-        end = min(t, s.limit_s) if run.completed < total else t
-        cluster.close(end)
-        self._sample_at(end, counts)
-        return self._result(end)
+        cluster.close(t)
+        self._sample_at(t, counts)
+        return self._result(t)
 
     def _sample_at(self, t: float, counts: np.ndarray) -> None:
         c = self.cluster

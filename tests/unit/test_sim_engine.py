@@ -4,6 +4,7 @@ sane in what it reports (energy, job time, placement)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -310,3 +311,14 @@ def test_twin_trends_equal_a_manager_reading_every_node_every_reconcile(
     engine.simulate()
     assert compared > 1000
     assert moving > 50  # trends did move, so the comparison meant something
+
+
+def test_a_run_stopped_at_its_limit_counts_energy_up_to_the_limit() -> None:
+    long = [gpu_job("long", 0.0, 8)]
+    scenario = _scenario(long)
+    result = Engine(replace(scenario, limit_s=1800.0)).simulate()
+    assert result.simulated_s == 1800.0
+    assert result.unfinished == 1
+    assert result.makespan_s is None
+    whole = Engine(scenario).simulate()
+    assert result.it_energy_kwh == pytest.approx(whole.it_energy_kwh / 2, rel=1e-9)
