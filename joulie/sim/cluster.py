@@ -150,11 +150,12 @@ class Cluster:
 
     def _refresh(self, node: int, t: float) -> None:
         """Recompute the node's steady state after its pods or controls changed at ``t``, and
-        the speed of every workload running there."""
+        the speed of every workload running there if its clocks moved."""
         model = self.fleet.model(node)
         pods = [p for group in self.pods_on[node].values() for p in group]
         load = node_load(pods, model.cpu_millis / 1000.0, model.gpus)
         steady = steady_state(model.power, load, self.controls[node])
+        before = self.steady[node]
         self.steady[node] = steady
         watts = steady.node_w
         old = float(self.node_w[node])
@@ -164,8 +165,11 @@ class Cluster:
             self.node_w[node] = watts
             self._set_it_w(self.it_w + watts - old)
             self.power_changed.add(node)
-        for index in self.pods_on[node]:
-            self._retime(self._jobs[index], t)
+        if steady.cpu_speed != before.cpu_speed or steady.gpu_speed != before.gpu_speed:
+            # Only a change of clocks moves the finish of the work already running here (an
+            # uncapped node's never do: busy CPU nodes host dozens of pods).
+            for index in self.pods_on[node]:
+                self._retime(self._jobs[index], t)
 
     def set_controls(self, node: int, controls: Controls, t: float) -> None:
         if controls != self.controls[node]:
@@ -220,6 +224,8 @@ class Cluster:
         for node in touched:
             self.pods_changed.add(node)
             self._refresh(node, t)
+        if job.speed == 0.0:
+            self._retime(job, t)  # its nodes' clocks did not move: time it at their speed
 
     def stop(self, job: Job, t: float) -> None:
         """Remove ``job``'s pods (finished or preempted) at ``t``."""
