@@ -68,6 +68,7 @@ __all__ = [
     "gpu_clock_ratio",
     "initial_state",
     "steady_state",
+    "work_speed",
 ]
 
 CPU_UTIL_EXPONENT = 1.2
@@ -398,6 +399,17 @@ class Steady:
     @property
     def node_w(self) -> float:
         return self.cpu_w + self.gpu_w_per_gpu * self.gpu_count
+
+
+def work_speed(steady: Steady, cpu_share: float, gpu_share: float) -> float:
+    """How fast a piece of work runs on a node at ``steady`` (1.0: as fast as uncapped), when
+    ``cpu_share`` of its run time is bound by the CPU clock and ``gpu_share`` by the GPU clock
+    (the rest, waiting on I/O or the network, does not move with either). Each share stretches
+    by the inverse of its part's speed, so the work never runs faster than at full clocks."""
+    stretch = (1.0 - cpu_share - gpu_share) + cpu_share / steady.cpu_speed
+    if gpu_share:
+        stretch += gpu_share / steady.gpu_speed
+    return 1.0 / stretch
 
 
 def cpu_clock_ratio(spec: CpuPowerSpec, preset: str | None) -> float:

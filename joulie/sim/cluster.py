@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from joulie.core.pod_power import PodDemand
-from joulie.core.power_model import Controls, Steady, facility, steady_state
+from joulie.core.power_model import Controls, Steady, facility, steady_state, work_speed
 from joulie.kube.projections import SlimPod
 from joulie.sim.fleet import Fleet
 from joulie.sim.pods import slim_pod
@@ -66,14 +66,9 @@ class Job:
 
 
 def pod_speed(workload: Workload, steady: Steady) -> float:
-    """How fast one pod runs on a node at ``steady`` (1.0: full speed)."""
-    cpu_share, gpu_share = workload.cpu_sensitivity, workload.gpu_sensitivity
-    if workload.gpus == 0:
-        gpu_share = 0.0
-    stretch = (1.0 - cpu_share - gpu_share) + cpu_share / steady.cpu_speed
-    if gpu_share:
-        stretch += gpu_share / steady.gpu_speed
-    return 1.0 / stretch
+    """How fast one pod of ``workload`` runs on a node at ``steady`` (1.0: full speed)."""
+    gpu_share = workload.gpu_sensitivity if workload.gpus else 0.0
+    return work_speed(steady, workload.cpu_sensitivity, gpu_share)
 
 
 class Cluster:

@@ -30,6 +30,7 @@ from joulie.core.power_model import (
     facility,
     initial_state,
     steady_state,
+    work_speed,
 )
 
 CPU_PRESETS = [None, "performance", "balanced", "efficiency"]
@@ -497,3 +498,24 @@ def test_out_of_range_utilisation_is_clamped(given_util: float, expected: float)
     assert steady_state(spec, load, Controls()) == steady_state(
         spec, Load(expected, expected), Controls()
     )
+
+
+_share = st.floats(min_value=0.0, max_value=1.0)
+_speed = st.floats(min_value=0.05, max_value=1.0)
+
+
+@given(cpu_share=_share, gpu_share=_share, cpu_speed=_speed, gpu_speed=_speed)
+def test_work_never_runs_faster_than_uncapped_and_slows_with_its_bound_part(
+    cpu_share: float, gpu_share: float, cpu_speed: float, gpu_speed: float
+) -> None:
+    if cpu_share + gpu_share > 1.0:
+        gpu_share = 1.0 - cpu_share
+    full = Steady(100.0, 100.0, 1.0, 1.0, 1)
+    slowed = Steady(100.0, 100.0, cpu_speed, gpu_speed, 1)
+    assert work_speed(full, cpu_share, gpu_share) == pytest.approx(1.0)
+    speed = work_speed(slowed, cpu_share, gpu_share)
+    assert speed <= 1.0 + 1e-12
+    # Work bound only by the CPU runs exactly at the CPU's speed; unbound work at full speed.
+    assert work_speed(slowed, 1.0, 0.0) == pytest.approx(cpu_speed)
+    assert work_speed(slowed, 0.0, 0.0) == pytest.approx(1.0)
+    assert speed >= min(cpu_speed, gpu_speed) - 1e-12
