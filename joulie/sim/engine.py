@@ -41,7 +41,7 @@ from joulie.sim.queue import PendingQueue
 from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample
 from joulie.sim.trace import Workload
 
-__all__ = ["Scenario", "simulate"]
+__all__ = ["Engine", "Scenario", "simulate"]
 
 Progress = Callable[[float], None]
 
@@ -88,6 +88,8 @@ class _Run:
 
 
 class Engine:
+    """One run of a scenario (:meth:`simulate` once); its parts stay readable afterwards."""
+
     def __init__(self, scenario: Scenario, progress: Progress | None = None) -> None:
         self.scenario = scenario
         self.progress = progress
