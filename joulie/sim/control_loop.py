@@ -17,7 +17,7 @@ what the live manager computes from one reading per reconcile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from joulie.core.enforcement import control_request
 from joulie.core.intents import IntentConfig, node_twin_spec
 from joulie.core.policy import PlanNode, PolicyInputs, plan, queue_hp_count
 from joulie.core.score_table import ScoreTable
-from joulie.core.scoring import filter_reason, terms_of
+from joulie.core.scoring import NodeTerms, filter_reason, terms_of
 from joulie.core.twin import (
     PowerHistory,
     TwinInput,
@@ -63,6 +63,10 @@ class _NodeState:
     """The spec ``cap_pct`` was computed from."""
     changed_at: float | None = None
     """When the power last moved (None: not within the trend window)."""
+    terms: NodeTerms | None = None
+    """What the score table holds for the node."""
+    terms_inputs: tuple[object, ...] = ()
+    """The spec, class and power ``terms`` were computed from."""
 
 
 class ControlLoop:
@@ -219,13 +223,25 @@ class ControlLoop:
         (wire form, display precision)."""
         return status_fields(self._twin_output(node))
 
-    def _twin(self, node: int) -> None:
+    def _twin(self, node: int) -> bool:
         """Hand the node's twin to the score table with the figures at the precision the
-        extender reads them from NodeTwin.status."""
-        out = self._twin_output(node)
-        self.table.set(
-            self.fleet.names[node],
-            terms_of(
+        extender reads them from NodeTwin.status; False when they did not change.
+
+        Between two moves of a node's power only its trend moves, and the twin passes the trend
+        through untouched (no other figure depends on it), so while the spec, class and power
+        are those of the last computation only the trend is read again."""
+        state = self.nodes[node]
+        name = self.fleet.names[node]
+        inputs = (state.spec, state.schedulable_class, state.last_w)
+        terms = state.terms
+        if terms is not None and state.terms_inputs == inputs:
+            trend = display_value(self.history.trend(name), "trend")
+            if trend == terms.trend_w_per_min:
+                return False
+            terms = replace(terms, trend_w_per_min=trend)
+        else:
+            out = self._twin_output(node)
+            terms = terms_of(
                 schedulable_class=out.schedulable_class,
                 measured_w=display_value(out.measured_power_w, "watts"),
                 capped_w=display_value(out.node_capped_power_w, "watts"),
@@ -235,8 +251,11 @@ class ControlLoop:
                 has_measurement=True,
                 power=self.fleet.model(node).power_profile,
                 fresh=True,
-            ),
-        )
+            )
+            state.terms_inputs = inputs
+        state.terms = terms
+        self.table.set(name, terms)
+        return True
 
     def _read_power(self, node: int, t: float) -> None:
         """One reconcile's reading of a node whose power moved since the last one."""
@@ -282,9 +301,8 @@ class ControlLoop:
         if not self._reconciled:
             twins = set(range(len(self.fleet)))
             self._reconciled = True
-        for node in sorted(twins):
-            self._twin(node)
-        if twins:
+        changed = [self._twin(node) for node in sorted(twins)]
+        if any(changed):
             self.scheduler.table_changed()
 
     def planned(self) -> dict[str, Profile | None]:
