@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Final, cast
 
@@ -92,6 +93,8 @@ class ScoreTable:
         self._bool = {name: np.zeros(self._capacity, dtype=np.bool_) for name in _BOOL_COLUMNS}
         self._float["cores_div"][:] = 1.0
         self._cluster: ClusterTerms | None = ClusterTerms()
+        self._static: _Static | None = None
+        """The pod-independent columns of the score, until a node's terms change."""
         self._layout = 0
         """Changes whenever a name gets or loses a row."""
         self._rows_of: deque[tuple[Sequence[str], int, npt.NDArray[np.intp]]] = deque(
@@ -131,6 +134,7 @@ class ScoreTable:
             self._terms[row] = terms
         self._write(row, terms)
         self._cluster = None
+        self._static = None
 
     def remove(self, name: str) -> None:
         """Forget a node; a name the table does not hold is ignored."""
@@ -150,6 +154,7 @@ class ScoreTable:
         self._terms.pop()
         self._clear(last)
         self._cluster = None
+        self._static = None
         self._layout += 1
 
     def cluster(self) -> ClusterTerms:
@@ -287,13 +292,43 @@ class ScoreTable:
             flags[row] = False
         self._float["cores_div"][row] = 1.0
 
+    def _static_parts(self) -> _Static:
+        """What every request's scores share, kept until a node's terms change: most requests
+        come between two twin updates."""
+        if self._static is None:
+            n = len(self._names)
+            f, b = self._float, self._bool
+            cluster = self.cluster()
+            capped = f["capped"][:n]
+            budgeted = capped > 0.0
+            trend = f["trend"][:n]
+            bonus = np.where(
+                trend == 0.0,
+                0.0,
+                -np.clip(trend / cluster.trend_scale, -TREND_BONUS_LIMIT, TREND_BONUS_LIMIT),
+            )
+            # What a standard pod adds: the eco bonus, or the pressure relief (x + 0.0 == x,
+            # and x + -c == x - c, so adding this column is the scalar expression exactly).
+            standard = np.where(b["eco"][:n], ECO_BONUS, 0.0)
+            standard = np.where(
+                b["performance"][:n], -(PRESSURE_RELIEF_WEIGHT * cluster.perf_pressure), standard
+            )
+            self._static = _Static(
+                capped=capped,
+                budgeted=budgeted,
+                safe_capped=np.where(budgeted, capped, 1.0),
+                cooling=(MAX_SCORE - f["cooling"][:n]) * COOLING_WEIGHT,
+                bonus=bonus,
+                standard=standard,
+            )
+        return self._static
+
     def _all_scores(self, demand: PodDemand) -> FloatArray:
         """Scores of rows 0..n-1, the expression of :func:`score_breakdown` over columns."""
         n = len(self._names)
         f, b = self._float, self._bool
         coefficients = self._coefficients
-        cluster = self.cluster()
-        capped = f["capped"][:n]
+        static = self._static_parts()
         share = np.minimum(np.maximum(demand.cpu_cores / f["cores_div"][:n], 0.0), 1.0)
         marginal = (
             f["cpu_max"][:n] * coefficients.cpu_util * share * memory_factor(demand.memory_gib)
@@ -301,27 +336,30 @@ class ScoreTable:
         if demand.gpus > 0:
             gpu = demand.gpus * f["gpu_max"][:n] * gpu_coefficient(demand.performance, coefficients)
             marginal = marginal + gpu
-        budgeted = capped > 0.0
-        safe_capped = np.where(budgeted, capped, 1.0)
         # A budget of a tiny fraction of a watt overflows to -inf/inf here exactly as the scalar
         # division does in Python (no warning there); the clamp below maps it to 0 or 100.
         with np.errstate(over="ignore"):
             projected = np.minimum(
-                MAX_SCORE, (capped - (f["measured"][:n] + marginal)) / safe_capped * 100.0
+                MAX_SCORE,
+                (static.capped - (f["measured"][:n] + marginal)) / static.safe_capped * 100.0,
             )
-        headroom = np.where(budgeted, projected, f["headroom"][:n])
-        trend = f["trend"][:n]
-        bonus = np.where(
-            trend == 0.0,
-            0.0,
-            -np.clip(trend / cluster.trend_scale, -TREND_BONUS_LIMIT, TREND_BONUS_LIMIT),
-        )
-        value = headroom * HEADROOM_WEIGHT + (MAX_SCORE - f["cooling"][:n]) * COOLING_WEIGHT + bonus
+        headroom = np.where(static.budgeted, projected, f["headroom"][:n])
+        value = headroom * HEADROOM_WEIGHT + static.cooling + static.bonus
         if not demand.performance:
-            value = np.where(b["eco"][:n], value + ECO_BONUS, value)
-            value = np.where(
-                b["performance"][:n], value - PRESSURE_RELIEF_WEIGHT * cluster.perf_pressure, value
-            )
+            value = value + static.standard
         value = np.minimum(np.maximum(value, 0.0), MAX_SCORE)
         result: FloatArray = np.where(b["fresh"][:n], value, NEUTRAL_SCORE)
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Static:
+    capped: FloatArray
+    budgeted: npt.NDArray[np.bool_]
+    safe_capped: FloatArray
+    cooling: FloatArray
+    """(100 - cooling stress) x the cooling weight."""
+    bonus: FloatArray
+    """The trend bonus."""
+    standard: FloatArray
+    """What a standard pod's score gains (eco bonus) or loses (pressure relief)."""
