@@ -13,6 +13,7 @@ pod of a gang stops the gang, and the workload starts over when it is placed aga
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,12 +28,12 @@ DOMAIN_NODES = 8
 """Nodes a preemption looks at (at least twice the preemptor's pods)."""
 
 
+@dataclass(frozen=True, slots=True)
 class Preemption:
     """What to do: the victims to stop, then where the preemptor's pods go."""
 
-    def __init__(self, victims: list[Job], nodes: list[int]) -> None:
-        self.victims = victims
-        self.nodes = nodes
+    victims: list[Job]
+    nodes: list[int]
 
 
 def _requests(job: Job) -> dict[str, float]:
