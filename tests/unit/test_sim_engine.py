@@ -322,3 +322,18 @@ def test_a_run_stopped_at_its_limit_counts_energy_up_to_the_limit() -> None:
     assert result.makespan_s is None
     whole = Engine(scenario).simulate()
     assert result.it_energy_kwh == pytest.approx(whole.it_energy_kwh / 2, rel=1e-9)
+
+
+def test_governors_put_presets_on_eco_nodes_and_change_the_energy() -> None:
+    spec = SMALL.model_copy(update={"baseline": "B", "limit_hours": 4.0})
+    plain = engine_of(spec)
+    governed = engine_of(spec.model_copy(update={"governors": True}))
+    plain_result, governed_result = plain.simulate(), governed.simulate()
+    assert governed_result.baseline == "B+gov"
+    loop = governed.loop
+    assert loop is not None
+    eco = [n for n in range(len(governed.fleet)) if loop.eco[n]]
+    assert eco
+    assert all(governed.cluster.controls[n].cpu_preset == "efficiency" for n in eco)
+    assert all(plain.cluster.controls[n].cpu_preset is None for n in eco)
+    assert governed_result.it_energy_kwh != plain_result.it_energy_kwh
