@@ -18,8 +18,6 @@ kube-scheduler scores a sample of the feasible nodes on large clusters
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import numpy.typing as npt
 
@@ -195,9 +193,3 @@ class Scheduler:
                 return False
             mask &= offers & (self._gpus >= w.gpus)
         return int(mask.sum()) >= w.min_count
-
-    def could_fit_somewhere(self, job: Job, nodes: Sequence[int]) -> bool:
-        """Whether one pod of ``job`` fits on any of ``nodes`` (a cheap pre-check)."""
-        if not nodes:
-            return False
-        return bool(self.fits(job, np.fromiter(nodes, dtype=np.intp)).any())
