@@ -73,6 +73,30 @@ SIM_GPU_UTILIZATION_ANNOTATION: Final = "joulie.io/sim-gpu-utilization"
 # NodeTwin condition written by the controller manager.
 AGENT_REPORTING_CONDITION: Final = "AgentReporting"
 
+# Node lifecycle (manager). Everything a drain or shutdown in flight needs is on the Node, so a
+# restarted manager resumes it or rolls it back.
+LIFECYCLE_CONDITION: Final = "NodeLifecycle"
+"""NodeTwin condition: the node's state tuple, the matrix's action and what became of it."""
+LIFECYCLE_EXCLUDE_ANNOTATION: Final = "joulie.io/lifecycle-exclude"
+"""Node annotation: "true" keeps the node out of any drain or shutdown."""
+LAUNCHED_AT_ANNOTATION: Final = "joulie.io/launched-at"
+"""Node annotation a provisioner may set (RFC 3339 or epoch seconds): when the machine was
+launched, the start of its boot grace and billing periods (else the Node's creation time)."""
+IDLE_SINCE_ANNOTATION: Final = "joulie.io/idle-since"
+"""Node annotation: when the node was first seen idle in its current idle spell."""
+LIFECYCLE_PHASE_ANNOTATION: Final = "joulie.io/lifecycle-phase"
+"""Node annotation: "draining" or "shutting-down" while one is in flight."""
+LIFECYCLE_SINCE_ANNOTATION: Final = "joulie.io/lifecycle-since"
+"""Node annotation: when the phase in flight began."""
+LIFECYCLE_CORDONED_ANNOTATION: Final = "joulie.io/lifecycle-cordoned"
+"""Node annotation: "true" when the lifecycle cordoned the node (so only then it uncordons)."""
+LIFECYCLE_RETRY_AFTER_ANNOTATION: Final = "joulie.io/lifecycle-retry-after"
+"""Node annotation: after a failed or refused shutdown, nothing is tried before this time."""
+LIFECYCLE_FAILURES_ANNOTATION: Final = "joulie.io/lifecycle-failures"
+"""Node annotation: failed shutdown attempts in a row (the backoff doubles with each)."""
+DRAINING_TAINT: Final = "joulie.io/draining"
+"""NoSchedule taint on a node being drained or shut down."""
+
 
 def kwok_node(annotations: Mapping[str, str]) -> bool:
     """Whether a node with these annotations is one KWOK fakes (KWOK picks its nodes by them)."""

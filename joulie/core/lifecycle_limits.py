@@ -1,0 +1,148 @@
+"""Which of the lifecycle's wanted actions may start now: the safety rules that stand between the
+matrix and the actuators.
+
+The matrix says what a node on its own calls for; these rules look at the fleet. Nodes that are
+not ours to touch (opted out, being removed by another controller, in backoff after a failure)
+never become candidates; of the candidates, a circuit breaker halts everything while too many
+nodes are NotReady (a broken network or control plane looks like a dead fleet, and powering
+nodes off would make it one), drains respect a minimum node count, a disruption budget and a
+concurrency limit, and shutdowns their own concurrency limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from joulie.api import keys
+from joulie.api.lifecycle import Action, StateTuple
+
+__all__ = ["Candidate", "FleetCounts", "Limits", "Verdict", "admit", "circuit_open", "left_alone"]
+
+OPT_OUT_ANNOTATIONS = {
+    keys.LIFECYCLE_EXCLUDE_ANNOTATION: "true",
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+"""Node annotations (and the value) by which an operator keeps a node out of any removal."""
+OTHER_REMOVERS_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
+"""Taints another controller sets on a node it is removing."""
+OTHER_OWNER_LABELS = ("karpenter.sh/nodepool",)
+"""Labels of nodes whose lifecycle another controller owns."""
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_concurrent_drains: int = 1
+    max_concurrent_shutdowns: int = 5
+    budget_pct: float = 10.0
+    """Nodes draining or shutting down at once, in percent of the managed nodes (rounded up)."""
+    min_nodes: int = 0
+    """Drains never take the managed nodes not draining or shutting down below this."""
+    unready_halt_pct: float = 45.0
+    """Above this share of NotReady managed nodes, nothing is drained or shut down ..."""
+    unready_ok_count: int = 3
+    """... unless no more than this many are NotReady (a small cluster's one broken node)."""
+
+
+@dataclass(frozen=True)
+class FleetCounts:
+    managed: int
+    unready: int
+    draining: int
+    shutting_down: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    action: Action
+    tuple: StateTuple
+    reason: str
+    idle_since: float | None = None
+    """For drains: the longest idle are taken first."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    candidate: Candidate
+    admitted: bool
+    reason: str
+    """Why it was held back ("" when admitted)."""
+
+
+def left_alone(
+    annotations: Mapping[str, str],
+    labels: Mapping[str, str],
+    taints: Iterable[str],
+    deleting: bool,
+    retry_after: float | None,
+    now: float,
+) -> str | None:
+    """Why a node is not ours to drain or shut down now, or None when it is."""
+    for key, value in OPT_OUT_ANNOTATIONS.items():
+        if annotations.get(key) == value:
+            return f"opted out ({key}={value})"
+    if deleting:
+        return "already being deleted"
+    for taint in taints:
+        if taint in OTHER_REMOVERS_TAINTS:
+            return f"being removed by another controller (taint {taint})"
+    for label in (*OTHER_OWNER_LABELS, *CONTROL_PLANE_LABELS):
+        if label in labels:
+            return f"not ours to remove (label {label})"
+    if retry_after is not None and now < retry_after:
+        return f"backing off after a failure, {retry_after - now:.0f} s left"
+    return None
+
+
+def circuit_open(fleet: FleetCounts, limits: Limits) -> str | None:
+    """Why every drain and shutdown is halted now, or None."""
+    if fleet.managed == 0 or fleet.unready <= limits.unready_ok_count:
+        return None
+    share = 100.0 * fleet.unready / fleet.managed
+    if share > limits.unready_halt_pct:
+        return (
+            f"circuit breaker: {fleet.unready} of {fleet.managed} nodes NotReady "
+            f"({share:.0f} % > {limits.unready_halt_pct:g} %)"
+        )
+    return None
+
+
+def _order(candidate: Candidate) -> tuple[int, float, str]:
+    # Broken nodes first (they serve nothing), then the drains of the longest idle.
+    broken = 0 if candidate.action is Action.START_SHUTDOWN else 1
+    since = candidate.idle_since if candidate.idle_since is not None else math.inf
+    return broken, since, candidate.name
+
+
+def admit(candidates: Sequence[Candidate], fleet: FleetCounts, limits: Limits) -> list[Verdict]:
+    """Each candidate's verdict, in the order they would be acted on."""
+    halted = circuit_open(fleet, limits)
+    budget = math.ceil(fleet.managed * limits.budget_pct / 100.0)
+    draining, shutting = fleet.draining, fleet.shutting_down
+    verdicts: list[Verdict] = []
+    for candidate in sorted(candidates, key=_order):
+        reason = halted
+        if reason is None and candidate.action is Action.START_SHUTDOWN:
+            if shutting >= limits.max_concurrent_shutdowns:
+                reason = f"{shutting} shutdowns in flight (limit {limits.max_concurrent_shutdowns})"
+            else:
+                shutting += 1
+        elif reason is None and candidate.action is Action.START_DRAIN:
+            serving = fleet.managed - draining - shutting
+            if serving - 1 < limits.min_nodes:
+                reason = f"{serving} nodes serving, minimum {limits.min_nodes}"
+            elif draining + shutting >= budget:
+                reason = (
+                    f"disruption budget spent: {draining + shutting} of {budget} "
+                    f"({limits.budget_pct:g} % of {fleet.managed})"
+                )
+            elif draining >= limits.max_concurrent_drains:
+                reason = f"{draining} drains in flight (limit {limits.max_concurrent_drains})"
+            else:
+                draining += 1
+        verdicts.append(Verdict(candidate, reason is None, reason or ""))
+    return verdicts
