@@ -76,9 +76,12 @@ class LifecycleConfig:
     re-check that hands the node over to shutdown."""
 
     def __post_init__(self) -> None:
-        for name in ("boot_grace_s", "idle_grace_s", "not_ready_grace_s", "heartbeat_stale_s"):
+        for name in ("boot_grace_s", "idle_grace_s", "not_ready_grace_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.heartbeat_stale_s <= 0:
+            # A heartbeat renewed this instant would already be stale: every node would be down.
+            raise ValueError("heartbeat_stale_s must be > 0")
         if self.billing_period_s < 0:
             raise ValueError("billing_period_s must be >= 0")
         if self.billing_period_s and not self.shutdown_windows:
@@ -114,7 +117,8 @@ class NodeFacts:
 class Derived:
     tuple: StateTuple
     reason: str
-    """Why the worker state is what it is, for logs and Events."""
+    """Why the worker state is what it is, for logs, Events and conditions (no figures that
+    change from one moment to the next, so an unchanged decision reads the same)."""
     idle_since: float | None
     """What to keep as the idle spell's start from now on (None: not idle)."""
 
@@ -131,7 +135,7 @@ def _worker_state(
     facts: NodeFacts, now: float, config: LifecycleConfig, booting: bool
 ) -> tuple[WorkerState, str]:
     if facts.heartbeat_at is not None and now - facts.heartbeat_at >= config.heartbeat_stale_s:
-        return WorkerState.DOWN, f"heartbeat {now - facts.heartbeat_at:.0f} s old"
+        return WorkerState.DOWN, "its heartbeat is stale"
     if not facts.ready:
         if booting:
             return WorkerState.UNPAIRED, "not Ready yet, within its boot grace"
@@ -139,10 +143,10 @@ def _worker_state(
             return WorkerState.UNPAIRED, "never registered a heartbeat, and not Ready"
         since = facts.ready_changed_at if facts.ready_changed_at is not None else facts.launched_at
         if now - since >= config.not_ready_grace_s:
-            return WorkerState.DOWN, f"not Ready for {now - since:.0f} s"
-        return WorkerState.BUSY, f"not Ready for {now - since:.0f} s, under the grace"
+            return WorkerState.DOWN, "NotReady past the grace"
+        return WorkerState.BUSY, "NotReady, within the grace"
     if facts.workload_pods:
-        return WorkerState.BUSY, f"{facts.workload_pods} workload pod(s)"
+        return WorkerState.BUSY, "workload pods on it"
     return WorkerState.IDLE, "no workload pods"
 
 
@@ -155,7 +159,7 @@ def derive(facts: NodeFacts, now: float, config: LifecycleConfig) -> Derived:
     if state is WorkerState.IDLE:
         idle_since = facts.idle_since if facts.idle_since is not None else now
         idle = IdleGrace.EXCEEDED if now - idle_since >= config.idle_grace_s else IdleGrace.WAIT
-        reason = f"idle for {now - idle_since:.0f} s"
+        reason = "idle past its grace" if idle is IdleGrace.EXCEEDED else "idle"
     elif state is WorkerState.BUSY and not facts.ready:
         # A brief NotReady neither ends nor starts an idle spell.
         idle_since = facts.idle_since

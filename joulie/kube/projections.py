@@ -35,6 +35,13 @@ class SlimNode:
     ready: bool
     deleting: bool
     uid: str
+    created_at: float = 0.0
+    """metadata.creationTimestamp, epoch seconds (0 when absent)."""
+    ready_changed_at: float | None = None
+    """When the Ready condition last changed (its lastTransitionTime); None without one."""
+    taints: tuple[str, ...] = ()
+    """The keys of the node's taints."""
+    provider_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,8 @@ class SlimPod:
     """GPU units the pod asks for, by the projection's ``gpu_count`` (0 without one)."""
     deleting: bool
     owner_kind: str
+    nominated_node: str = ""
+    """status.nominatedNodeName: where preemption is making room for the pod."""
 
     @property
     def key(self) -> str:
@@ -101,10 +110,10 @@ def node_projection(
         meta = raw["metadata"]
         spec = raw.get("spec") or {}
         status = raw.get("status") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or ()
+        condition = next(
+            (c for c in status.get("conditions") or () if c.get("type") == "Ready"), None
         )
+        ready = condition is not None and condition.get("status") == "True"
         allocatable = status.get("allocatable") or {}
         return SlimNode(
             name=_intern(meta["name"]),
@@ -115,6 +124,12 @@ def node_projection(
             ready=ready,
             deleting="deletionTimestamp" in meta,
             uid=str(meta.get("uid", "")),
+            created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+            ready_changed_at=(
+                parse_time(condition.get("lastTransitionTime")) if condition is not None else None
+            ),
+            taints=tuple(_intern(str(t.get("key", ""))) for t in spec.get("taints") or ()),
+            provider_id=str(spec.get("providerID") or ""),
         )
 
     return project
@@ -172,6 +187,7 @@ def pod_projection(
             gpus=gpu_count(raw) if gpu_count is not None else 0,
             deleting="deletionTimestamp" in meta,
             owner_kind=_intern(str(controller.get("kind", ""))),
+            nominated_node=_intern(status.get("nominatedNodeName") or ""),
         )
 
     return project
@@ -201,15 +217,20 @@ class LeaseView:
     duration_s: float | None
 
 
+def parse_time(value: Any) -> float | None:
+    """An RFC 3339 time of the API (``2026-12-01T02:00:00Z``, with or without fractions) as
+    epoch seconds; None when missing or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def lease_view(raw: Mapping[str, Any]) -> LeaseView:
     """A Lease's renewal time and duration; None for either one missing or unreadable."""
     spec = raw.get("spec") or {}
-    renewed = spec.get("renewTime")
-    at: float | None = None
-    if isinstance(renewed, str):
-        try:
-            at = datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            at = None
+    at = parse_time(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     return LeaseView(at, float(duration) if isinstance(duration, int | float) else None)

@@ -41,6 +41,31 @@ _PERFORMANCE_PHASE = "performance-phase"
 _ACTIVE_PERFORMANCE = "active-performance"
 _MULTI_GPU = "multi-gpu"
 _NODE = "node"
+_WORKLOAD_NODE = "workload-node"
+_PENDING = "pending"
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+_PLANNING_ANNOTATIONS = (
+    keys.HW_CPU_MODEL_ANNOTATION,
+    keys.HW_GPU_MODEL_ANNOTATION,
+    keys.KWOK_NODE_ANNOTATION,
+)
+"""Node annotations a plan or an intent reads; the others kept (the lifecycle's) start none."""
+LIFECYCLE_NODE_ANNOTATIONS = (
+    keys.LAUNCHED_AT_ANNOTATION,
+    keys.IDLE_SINCE_ANNOTATION,
+    keys.LIFECYCLE_PHASE_ANNOTATION,
+    keys.LIFECYCLE_SINCE_ANNOTATION,
+    keys.LIFECYCLE_CORDONED_ANNOTATION,
+    keys.LIFECYCLE_RETRY_AFTER_ANNOTATION,
+    keys.LIFECYCLE_FAILURES_ANNOTATION,
+    keys.LIFECYCLE_EXCLUDE_ANNOTATION,
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+    "karpenter.sh/do-not-disrupt",
+    "cluster.x-k8s.io/machine",
+    "cluster.x-k8s.io/cluster-namespace",
+)
+"""Node annotations the node lifecycle reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +164,41 @@ def _multi_gpu_node(pod: SlimPod) -> tuple[str, ...]:
     return ()
 
 
+def is_workload(pod: SlimPod) -> bool:
+    """A pod that keeps its node from being drained: not finished, not a DaemonSet's (those run
+    on every node and never block a removal) and not a static (mirror) pod."""
+    return (
+        pod.phase not in ("Succeeded", "Failed")
+        and pod.owner_kind not in ("DaemonSet", "Node")
+        and MIRROR_ANNOTATION not in pod.annotations
+    )
+
+
+def workload_nodes(pod: SlimPod) -> tuple[str, ...]:
+    """Index: the nodes a workload pod makes busy: where it is bound, and where preemption is
+    making room for it."""
+    if not is_workload(pod):
+        return ()
+    if pod.nominated_node and pod.nominated_node != pod.node_name:
+        return tuple(n for n in (pod.node_name, pod.nominated_node) if n)
+    return (pod.node_name,) if pod.node_name else ()
+
+
+def _pending(pod: SlimPod) -> tuple[str, ...]:
+    if (
+        not pod.node_name
+        and pod.phase == "Pending"
+        and not pod.deleting
+        and pod.owner_kind != "DaemonSet"
+    ):
+        return (_PENDING,)
+    return ()
+
+
+def _planning_annotations(node: SlimNode) -> tuple[str | None, ...]:
+    return tuple(node.annotations.get(key) for key in _PLANNING_ANNOTATIONS)
+
+
 def _hardware_node(facts: HardwareFacts) -> tuple[str, ...]:
     return (facts.node,)
 
@@ -157,19 +217,14 @@ class ClusterCache:
         self.nodes: Informer[SlimNode] = Informer(
             client,
             "/api/v1/nodes",
-            node_projection(
-                annotation_keys=[
-                    keys.HW_CPU_MODEL_ANNOTATION,
-                    keys.HW_GPU_MODEL_ANNOTATION,
-                    keys.KWOK_NODE_ANNOTATION,
-                ]
-            ),
+            node_projection(annotation_keys=[*_PLANNING_ANNOTATIONS, *LIFECYCLE_NODE_ANNOTATIONS]),
         )
         self.pods: Informer[SlimPod] = Informer(
             client,
             "/api/v1/pods",
             pod_projection(
-                annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION], gpu_count=pod_gpu_count
+                annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION, MIRROR_ANNOTATION],
+                gpu_count=pod_gpu_count,
             ),
             indexers={
                 _PERFORMANCE_PHASE: _performance_phase,
@@ -177,6 +232,9 @@ class ClusterCache:
                 # reconcile looks them up instead of walking every node's pods.
                 _ACTIVE_PERFORMANCE: _active_performance_node,
                 _MULTI_GPU: _multi_gpu_node,
+                # The node lifecycle's facts: which nodes have work, and what waits for a node.
+                _WORKLOAD_NODE: workload_nodes,
+                _PENDING: _pending,
             },
         )
         self.hardware: Informer[HardwareFacts] = Informer(
@@ -234,6 +292,16 @@ class ClusterCache:
             return []
         return self.pods.by_index(_MULTI_GPU, node)
 
+    def workload_pods(self, node: str) -> list[SlimPod]:
+        """Pods that make ``node`` busy (bound or nominated to it; see :func:`is_workload`)."""
+        if not self.pods.index_count(_WORKLOAD_NODE, node):
+            return []
+        return self.pods.by_index(_WORKLOAD_NODE, node)
+
+    def pending_pods(self) -> list[SlimPod]:
+        """Pods waiting for a node (unbound, Pending, not DaemonSet pods)."""
+        return self.pods.by_index(_PENDING, _PENDING)
+
     def hardware_of(self, node: str) -> HardwareFacts | None:
         """The NodeHardware that describes ``node``, of those its facts may come from."""
         found = self.hardware.by_index(_NODE, node)
@@ -266,7 +334,7 @@ class ClusterCache:
     def _node_updated(self, old: SlimNode, new: SlimNode) -> None:
         if (
             _planning_labels(old) != _planning_labels(new)
-            or old.annotations != new.annotations
+            or _planning_annotations(old) != _planning_annotations(new)
             or old.unschedulable != new.unschedulable
             or old.deleting != new.deleting
             or old.allocatable != new.allocatable

@@ -68,13 +68,16 @@ class Planner:
         self._selector = parse_selector(settings.node_selector)
         self.memos: dict[str, NodeMemo] = {}
 
-    def eligible(self, node: SlimNode) -> bool:
+    def managed(self, node: SlimNode) -> bool:
+        """Selected by NODE_SELECTOR and not reserved: the nodes the lifecycle looks after
+        (cordoned ones too: a drain cordons them)."""
         return (
             self._selector.matches(node.labels)
-            and not node.unschedulable
-            and not node.deleting
             and node.labels.get(self.settings.reserved_label_key) != "true"
         )
+
+    def eligible(self, node: SlimNode) -> bool:
+        return self.managed(node) and not node.unschedulable and not node.deleting
 
     def memo(self, name: str) -> NodeMemo:
         found = self.memos.get(name)

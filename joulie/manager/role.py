@@ -34,6 +34,9 @@ from joulie.manager.cache import ClusterCache
 from joulie.manager.controller import Controller
 from joulie.manager.facility import FacilityPoller
 from joulie.manager.failures import NodeFailures
+from joulie.manager.lifecycle.build import build_lifecycle, node_leases
+from joulie.manager.lifecycle.controller import LifecycleController
+from joulie.manager.lifecycle.settings import LifecycleMode
 from joulie.manager.node_writer import MAP_LISTS, NodeWriter
 from joulie.manager.planner import Planned, Planner
 from joulie.manager.power import PowerReader, build_source
@@ -66,6 +69,9 @@ class ManagerRole:
         self._planner: Planner | None = None
         self._elector: LeaderElector | None = None
         self.controller: Controller | None = None
+        self.lifecycle: LifecycleController | None = None
+        self._leases: Informer[Any] | None = None
+        self._lifecycle_writer: Writer | None = None
 
     # --- what the runtime reads -----------------------------------------------------------
 
@@ -85,7 +91,9 @@ class ManagerRole:
     @property
     def informers(self) -> list[Informer[Any]]:
         """The informers, once built (empty before)."""
-        return self._cache.informers if self._cache is not None else []
+        if self._cache is None:
+            return []
+        return [*self._cache.informers, *([self._leases] if self._leases is not None else [])]
 
     @property
     def cache(self) -> ClusterCache | None:
@@ -145,6 +153,18 @@ class ManagerRole:
         )
         power = PowerReader(build_source(settings), settings.reconcile_interval / 2)
         facility = FacilityPoller(settings) if settings.enable_facility_metrics else None
+        if settings.lifecycle_mode is not LifecycleMode.OFF:
+            self._leases = node_leases(client)
+            self.lifecycle, self._lifecycle_writer = build_lifecycle(
+                settings,
+                client,
+                cache,
+                self._leases,
+                self._planner.managed,
+                events,
+                lambda: elector.is_leader,
+                self._wall_clock,
+            )
         self.controller = Controller(
             settings.reconcile_interval,
             cache,
@@ -157,7 +177,7 @@ class ManagerRole:
             self._wall_clock,
         )
         tasks: list[asyncio.Task[Any]] = [
-            asyncio.create_task(i.run(stopping)) for i in cache.informers
+            asyncio.create_task(i.run(stopping)) for i in self.informers
         ]
         # The facility poller also runs on followers, so a new leader starts with current figures.
         if facility is not None:
@@ -173,8 +193,19 @@ class ManagerRole:
                 await client.close()
 
     async def _lead(self) -> None:
+        """The term's work: the reconcile loop and, beside it, the node lifecycle. Both end
+        together (the elector cancels this when the term ends)."""
         assert self.controller is not None
-        await self.controller.lead()
+        if self.lifecycle is None:
+            await self.controller.lead()
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.controller.lead())
+                group.create_task(self.lifecycle.lead())
+        finally:
+            if self._lifecycle_writer is not None:
+                await self._lifecycle_writer.settle()
 
 
 def build(settings: ManagerSettings) -> ManagerRole:

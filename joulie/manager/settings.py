@@ -17,6 +17,7 @@ from joulie.api.enums import (
     PolicyType,
 )
 from joulie.api.keys import DEFAULT_GPU_PRODUCT_LABEL_KEYS, MANAGED_LABEL, RESERVED_LABEL
+from joulie.manager.lifecycle.settings import LifecycleSettings
 from joulie.settings import (
     EMPTY_IS_INVALID,
     EMPTY_IS_VALUE,
@@ -25,7 +26,6 @@ from joulie.settings import (
     Accepts,
     CommaList,
     Duration,
-    EnvSettings,
     LabelSelectorText,
     Problem,
     Url,
@@ -136,7 +136,7 @@ def model_preset_entry(
     return GpuGovernorModelPreset.model_validate(kept), warnings
 
 
-class ManagerSettings(EnvSettings):
+class ManagerSettings(LifecycleSettings):
     role = "manager"
 
     # -- which nodes --------------------------------------------------------------------------
@@ -280,7 +280,7 @@ class ManagerSettings(EnvSettings):
     nodes' joulie.io/rack label."""
 
     def check(self) -> list[Problem]:
-        problems = []
+        problems = self.lifecycle_problems()
         if self.queue_hp_max < self.queue_hp_min:
             problems.append(
                 self.problem(

@@ -1,0 +1,256 @@
+"""Powering off a node by asking an HTTP service to do it (IPMI, Redfish, a cloud API, a script).
+
+The wire format, for whoever writes the receiving end
+---------------------------------------------------------
+
+One ``POST`` to the configured URL per attempt, with a JSON body::
+
+    {"node": "worker-7",                 # the Node's name
+     "uid": "5f0c...",                   # the Node's metadata.uid
+     "providerID": "aws:///eu-1a/i-0ab", # the Node's spec.providerID, "" when it has none
+     "action": "START_SHUTDOWN",         # or START_DRAIN (an idle node whose drain completed)
+     "tuple": ["idle", "open", "boot exceeded", "idle exceeded"],
+                                         # worker state, billing window, boot grace, idle grace
+     "reason": "...",                    # why, in words, for the receiver's log
+     "idempotencyKey": "..."}            # equal across every retry of one shutdown attempt
+
+and these headers:
+
+``Content-Type: application/json``
+``X-Joulie-Timestamp``: the time of this attempt, in whole seconds since the Unix epoch.
+``X-Joulie-Signature``: ``sha256=`` followed by the lowercase hex HMAC-SHA256, keyed with the
+    shared secret, of the ASCII timestamp, one ``.``, and the body bytes exactly as received.
+    A receiver recomputes it over the raw body (before any JSON parsing), compares in constant
+    time (:func:`verify_signature` does both), and rejects a timestamp too far from its own clock,
+    so that a recorded request cannot be replayed later.
+``Idempotency-Key``: the same value as ``idempotencyKey`` in the body.
+
+Each attempt is signed afresh (a new timestamp); the body, and so the idempotency key, stays the
+same. A receiver must treat a second request with a key it has seen as the first one: a request
+that timed out here may well have arrived there.
+
+How the answer is read:
+
+- ``200`` or ``204``: the node is off (DONE).
+- ``202``: the request was taken and the node will be powered off (ACCEPTED); the controller
+  then waits for the Node to go away or NotReady and asks again, with the same key, after its
+  shutdown timeout.
+- ``408``, ``429``, ``5xx``, a refused connection or a timeout: tried again after an exponential
+  backoff (``base_delay_s``, doubling, at most ``max_delay_s``), or after ``Retry-After`` (delta
+  seconds or an HTTP date) when that is longer, also at most ``max_delay_s``; after
+  ``max_attempts`` attempts the shutdown has FAILED, carrying the last ``Retry-After``.
+- anything else (another 4xx, a redirect): FAILED at once, naming the status and the start of
+  the answer's body. Redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import httpx
+import structlog
+
+from joulie.kube.client import user_agent
+from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+
+log = structlog.get_logger("joulie.manager")
+
+TIMESTAMP_HEADER: Final = "X-Joulie-Timestamp"
+SIGNATURE_HEADER: Final = "X-Joulie-Signature"
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+SIGNATURE_PREFIX: Final = "sha256="
+
+_RETRIED: Final = frozenset({408, 429})
+_BODY_SHOWN: Final = 200
+"""Characters of a refusal's body quoted in the message (enough for an error's first line)."""
+
+
+def sign(secret: bytes, timestamp: int | str, body: bytes) -> str:
+    """The ``X-Joulie-Signature`` value of ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret, f"{timestamp}.".encode("ascii") + body, hashlib.sha256)
+    return SIGNATURE_PREFIX + mac.hexdigest()
+
+
+def verify_signature(
+    secret: bytes,
+    timestamp: int | str,
+    body: bytes,
+    header: str,
+    *,
+    now: float | None = None,
+    tolerance_s: float = 300.0,
+) -> bool:
+    """Whether ``header`` (the ``X-Joulie-Signature`` received) signs ``body`` at ``timestamp``
+    (the ``X-Joulie-Timestamp`` received) with ``secret``. With ``now`` (epoch seconds), a
+    timestamp more than ``tolerance_s`` away from it is rejected too (a replay)."""
+    stamp = str(timestamp).strip()
+    if not stamp.isdigit() or not stamp.isascii():
+        return False
+    if now is not None and abs(now - int(stamp)) > tolerance_s:
+        return False
+    expected = sign(secret, stamp, body).encode("ascii")
+    return hmac.compare_digest(expected, header.strip().encode("utf-8", "replace"))
+
+
+def request_body(request: ShutdownRequest) -> bytes:
+    """The JSON body sent for ``request`` (the same bytes on every attempt)."""
+    document = {
+        "node": request.node,
+        "uid": request.uid,
+        "providerID": request.provider_id,
+        "action": request.action.value,
+        "tuple": request.tuple.as_list(),
+        "reason": request.reason,
+        "idempotencyKey": request.idempotency_key,
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """``Retry-After`` in seconds from ``now``: delta seconds or an HTTP date (a past date is
+    0); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT; a date without a zone is read as such
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+class WebhookActuator:
+    name = "webhook"
+
+    def __init__(
+        self,
+        url: str,
+        secret: bytes,
+        *,
+        timeout_s: float = 10.0,
+        max_attempts: int = 5,
+        base_delay_s: float = 1.0,
+        max_delay_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """``clock`` gives epoch seconds (the timestamp header, HTTP-date Retry-After);
+        ``sleep`` waits between attempts. Raises ValueError for an unusable configuration."""
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"webhook URL {url!r} is not an http:// or https:// URL")
+        if not secret:
+            raise ValueError("the webhook secret is empty: requests could not be authenticated")
+        if timeout_s <= 0 or base_delay_s < 0 or max_delay_s < base_delay_s or max_attempts < 1:
+            raise ValueError(
+                "webhook retries need timeout_s > 0, max_attempts >= 1 and "
+                f"0 <= base_delay_s <= max_delay_s (got timeout_s={timeout_s}, "
+                f"max_attempts={max_attempts}, base_delay_s={base_delay_s}, "
+                f"max_delay_s={max_delay_s})"
+            )
+        self._url = url
+        # Messages and logs name the endpoint without credentials or query parameters.
+        self._where = str(parsed.copy_with(username=None, password=None, query=None))
+        self._secret = secret
+        self._max_attempts = max_attempts
+        self._base_delay_s = base_delay_s
+        self._max_delay_s = max_delay_s
+        self._clock = clock
+        self._sleep = sleep
+        self._client = httpx.AsyncClient(
+            timeout=timeout_s, follow_redirects=False, headers={"User-Agent": user_agent()}
+        )
+
+    async def shutdown(self, request: ShutdownRequest) -> ActuatorResult:
+        body = request_body(request)
+        last_problem = ""
+        retry_after: float | None = None  # what the last answer asked for, before the next try
+        last_retry_after: float | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            if attempt > 1:
+                delay = min(self._base_delay_s * 2 ** (attempt - 2), self._max_delay_s)
+                if retry_after is not None:
+                    delay = max(delay, min(retry_after, self._max_delay_s))
+                await self._sleep(delay)
+            stamp = int(self._clock())
+            headers = {
+                "Content-Type": "application/json",
+                TIMESTAMP_HEADER: str(stamp),
+                SIGNATURE_HEADER: sign(self._secret, stamp, body),
+                IDEMPOTENCY_HEADER: request.idempotency_key,
+            }
+            retry_after = None
+            try:
+                response = await self._client.post(self._url, content=body, headers=headers)
+            except httpx.TransportError as exc:
+                last_problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                log.info(
+                    "shutdown webhook unreachable",
+                    node=request.node,
+                    attempt=attempt,
+                    error=last_problem,
+                )
+                continue
+            except httpx.HTTPError as exc:
+                return self._failed(request, f"the request could not be made: {exc}", None)
+            status = response.status_code
+            if status in (200, 204):
+                return ActuatorResult(
+                    Outcome.DONE, f"{self._where} answered {status}: node {request.node} is off"
+                )
+            if status == 202:
+                return ActuatorResult(
+                    Outcome.ACCEPTED,
+                    f"{self._where} accepted the shutdown of node {request.node}",
+                )
+            answer = _describe(response)
+            if status in _RETRIED or status >= 500:
+                retry_after = retry_after_seconds(
+                    response.headers.get("Retry-After"), self._clock()
+                )
+                if retry_after is not None:
+                    last_retry_after = retry_after
+                last_problem = answer
+                log.info(
+                    "shutdown webhook asks to retry",
+                    node=request.node,
+                    attempt=attempt,
+                    status=status,
+                    retry_after_s=retry_after,
+                )
+                continue
+            return self._failed(request, f"refused: {answer}", None)
+        return self._failed(
+            request,
+            f"gave up after {self._max_attempts} attempts; the last: {last_problem}",
+            last_retry_after,
+        )
+
+    def _failed(
+        self, request: ShutdownRequest, problem: str, retry_after: float | None
+    ) -> ActuatorResult:
+        message = f"shutdown webhook {self._where} for node {request.node}: {problem}"
+        log.warning("shutdown webhook failed", node=request.node, error=message)
+        return ActuatorResult(Outcome.FAILED, message, retry_after)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def _describe(response: httpx.Response) -> str:
+    text = " ".join(response.text.split())
+    if len(text) > _BODY_SHOWN:
+        text = text[:_BODY_SHOWN] + "..."
+    status = f"{response.status_code} {response.reason_phrase}".strip()
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"

@@ -1,0 +1,268 @@
+"""The node lifecycle in this process against the real API server, KWOK and kube-scheduler, with
+the KWOK actuator: the races a drain must survive.
+
+* a pod that binds after the taint cancels the drain, and the taint and cordon go;
+* a manager restarted mid-drain resumes it (or rolls it back when the node became busy);
+* an actuator that fails removes nothing, and the node is tried again after its backoff;
+* a busy node is never shut down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.cluster.nodes import node_manifest
+from hack.cluster.runner import LocalCluster
+from joulie.api import keys
+from joulie.api.inventory import load_inventory
+from joulie.kube.client import KubeClient
+from joulie.manager.role import ManagerRole
+from joulie.manager.settings import ManagerSettings
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
+
+INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
+KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
+E2E_LABEL = "joulie.io/e2e"
+LONG_AGO = "2026-01-01T00:00:00Z"
+
+
+def lifecycle_env(case: str, **overrides: str) -> dict[str, str]:
+    return {
+        "NODE_SELECTOR": f"{E2E_LABEL}={case}",
+        "RECONCILE_INTERVAL": "1h",
+        "LIFECYCLE_MODE": "enforce",
+        "LIFECYCLE_ACTUATOR": "kwok",
+        "LIFECYCLE_INTERVAL": "0.5s",
+        "LIFECYCLE_IDLE_GRACE": "1s",
+        "LIFECYCLE_DRAIN_SETTLE": "1s",
+        "LIFECYCLE_BUDGET_PCT": "100",
+        "LIFECYCLE_MAX_CONCURRENT_DRAINS": "10",
+        "LIFECYCLE_BACKOFF": "2s",
+        **overrides,
+    }
+
+
+def make_nodes(cluster: LocalCluster, case: str, count: int) -> list[str]:
+    """KWOK nodes launched long ago (past their boot grace), labelled for this case only."""
+    group = load_inventory(INVENTORY).nodes[0]
+    suffix = uuid.uuid4().hex[:5]
+    nodes = []
+    for i in range(count):
+        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
+        node["metadata"]["labels"][E2E_LABEL] = case
+        node["metadata"]["annotations"][keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
+        nodes.append(node)
+    cluster.create_ready_nodes(nodes)
+    return [n["metadata"]["name"] for n in nodes]
+
+
+@pytest.fixture
+def kwok_delete_granted(cluster: LocalCluster) -> Iterator[None]:
+    cluster.kubectl("apply", "-f", str(KWOK_RBAC))
+    yield
+    cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+
+
+@asynccontextmanager
+async def manager(cluster: LocalCluster, env: dict[str, str]) -> AsyncIterator[ManagerRole]:
+    loaded = ManagerSettings.from_env(env)
+    assert not loaded.problems, loaded.problems
+    client = await KubeClient.from_kubeconfig(str(cluster.role_kubeconfig("manager")))
+    role = ManagerRole(loaded.settings, client)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(role.run(stopping))
+    try:
+        await eventually(lambda: role.is_leader, 40, "the role to lead")
+        yield role
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await client.close()
+
+
+def node(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
+    with cluster.api() as api:
+        answer = api.get(f"/api/v1/nodes/{name}")
+        if answer.status_code == 404:
+            return None
+        answer.raise_for_status()
+        found: dict[str, Any] = answer.json()
+        return found
+
+
+def phase(found: dict[str, Any] | None) -> str | None:
+    if found is None:
+        return None
+    return (found["metadata"].get("annotations") or {}).get(keys.LIFECYCLE_PHASE_ANNOTATION)
+
+
+def tainted(found: dict[str, Any]) -> bool:
+    return any(t["key"] == keys.DRAINING_TAINT for t in found["spec"].get("taints") or ())
+
+
+def untouched(found: dict[str, Any] | None) -> bool:
+    """The node is there, schedulable, without our taint or any phase of ours."""
+    return (
+        found is not None
+        and not found["spec"].get("unschedulable")
+        and not tainted(found)
+        and phase(found) is None
+        and keys.LIFECYCLE_CORDONED_ANNOTATION not in (found["metadata"].get("annotations") or {})
+    )
+
+
+def bind_pod(cluster: LocalCluster, namespace: str, node_name: str) -> str:
+    """A workload pod put straight on the node (as a bind racing the taint would)."""
+    name = f"work-{uuid.uuid4().hex[:6]}"
+    with cluster.api() as api:
+        api.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            json={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeName": node_name,
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        ).raise_for_status()
+    return name
+
+
+async def test_a_pod_bound_after_the_taint_cancels_the_drain(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "race-bind", 1)
+    # A long settle: the pod lands while the drain waits for the scheduler to see the taint.
+    async with manager(cluster, lifecycle_env("race-bind", LIFECYCLE_DRAIN_SETTLE="1h")):
+        drained = await eventually(
+            lambda: phase(node(cluster, name)) == "draining" and node(cluster, name),
+            30,
+            "the idle node's drain to start",
+        )
+        assert tainted(drained)
+        assert drained["spec"]["unschedulable"]
+        bind_pod(cluster, namespace, name)
+        await eventually(lambda: untouched(node(cluster, name)), 30, "the drain to be undone")
+        # It stays up and untouched while the pod is there.
+        await asyncio.sleep(2)
+        assert untouched(node(cluster, name))
+
+
+async def test_a_restarted_manager_resumes_a_drain(
+    cluster: LocalCluster, kwok_delete_granted: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "restart-resume", 1)
+    env = lifecycle_env("restart-resume", LIFECYCLE_DRAIN_SETTLE="1h")
+    async with manager(cluster, env):
+        await eventually(lambda: phase(node(cluster, name)) == "draining", 30, "a drain")
+    # The first manager is gone mid-drain; its successor settles sooner and finishes the drain.
+    assert phase(node(cluster, name)) == "draining"
+    async with manager(cluster, {**env, "LIFECYCLE_DRAIN_SETTLE": "1s"}):
+        await eventually(lambda: node(cluster, name) is None, 30, "the KWOK node to be removed")
+
+
+async def test_a_restarted_manager_rolls_back_a_drain_whose_node_got_busy(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "restart-busy", 1)
+    env = lifecycle_env("restart-busy", LIFECYCLE_DRAIN_SETTLE="1h")
+    async with manager(cluster, env):
+        await eventually(lambda: phase(node(cluster, name)) == "draining", 30, "a drain")
+    bind_pod(cluster, namespace, name)  # while no manager runs
+    async with manager(cluster, {**env, "LIFECYCLE_DRAIN_SETTLE": "1s"}):
+        await eventually(lambda: untouched(node(cluster, name)), 30, "the drain to be undone")
+        await asyncio.sleep(2)
+        assert untouched(node(cluster, name))
+
+
+async def test_a_taint_of_ours_without_a_phase_is_rolled_back(
+    cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manager that died between writes (or an operator who removed the phase) leaves a taint
+    and a cordon that nothing explains: the next leader takes them off."""
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "orphan", 1)
+    bind_pod(cluster, namespace, name)  # busy: only the roll-back may touch it
+    with cluster.api() as api:
+        api.patch(
+            f"/api/v1/nodes/{name}",
+            json={
+                "metadata": {"annotations": {keys.LIFECYCLE_CORDONED_ANNOTATION: "true"}},
+                "spec": {
+                    "unschedulable": True,
+                    "taints": [{"key": keys.DRAINING_TAINT, "effect": "NoSchedule"}],
+                },
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+    async with manager(cluster, lifecycle_env("orphan")):
+        await eventually(lambda: untouched(node(cluster, name)), 30, "the roll-back")
+
+
+async def test_a_failing_actuator_removes_nothing_and_is_retried_after_its_backoff(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the grant to delete nodes the KWOK actuator fails (403): the node stays, its taint
+    and cordon are undone, a backoff is written; once granted, the retry removes it."""
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+    (name,) = make_nodes(cluster, "fail", 1)
+    try:
+        async with manager(cluster, lifecycle_env("fail", LIFECYCLE_BACKOFF="3s")):
+            failed = await eventually(
+                lambda: (
+                    (found := node(cluster, name)) is not None
+                    and (found["metadata"].get("annotations") or {}).get(
+                        keys.LIFECYCLE_FAILURES_ANNOTATION
+                    )
+                    and found
+                ),
+                30,
+                "a failed shutdown",
+            )
+            annotations = failed["metadata"]["annotations"]
+            assert keys.LIFECYCLE_RETRY_AFTER_ANNOTATION in annotations
+            assert untouched(failed)
+            cluster.kubectl("apply", "-f", str(KWOK_RBAC))
+            await eventually(lambda: node(cluster, name) is None, 40, "the retry to remove it")
+    finally:
+        cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+
+
+async def test_a_busy_node_is_never_shut_down(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    busy, idle = make_nodes(cluster, "busy", 2)
+    bind_pod(cluster, namespace, busy)
+    async with manager(cluster, lifecycle_env("busy")) as role:
+        await eventually(lambda: node(cluster, idle) is None, 30, "the idle node to be removed")
+        assert role.lifecycle is not None
+        for _ in range(6):
+            role.lifecycle.poke()
+            await asyncio.sleep(0.5)
+        assert untouched(node(cluster, busy))
