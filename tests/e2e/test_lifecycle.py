@@ -1,0 +1,235 @@
+"""The node lifecycle end to end: the manager as its own process with its own ServiceAccount (and
+the KWOK actuator's grant), dry-run off, against the local KWOK cluster.
+
+* Idle KWOK nodes past their idle grace are drained and deleted, never more at once than the
+  limits allow, down to the minimum node count; busy nodes are untouched.
+* With half of the managed nodes NotReady, the circuit breaker stops every shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hack.cluster.nodes import node_manifest
+from hack.cluster.runner import LocalCluster, free_port
+from joulie.api import keys
+from joulie.api.inventory import load_inventory
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
+KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
+JOULIE = str(Path(sys.executable).parent / "joulie")
+E2E_LABEL = "joulie.io/e2e"
+LONG_AGO = "2026-01-01T00:00:00Z"
+
+
+class Manager:
+    """``joulie --role=manager`` with the lifecycle enforcing through the KWOK actuator."""
+
+    def __init__(self, cluster: LocalCluster, tmp: Path, case: str, **env: str) -> None:
+        self.metrics_port = free_port()
+        self.log = tmp / f"manager-{case}.log"
+        full = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.role_kubeconfig("manager")),
+            "METRICS_ADDR": f"127.0.0.1:{self.metrics_port}",
+            "POD_NAMESPACE": "joulie-system",
+            "LOG_FORMAT": "json",
+            "NODE_SELECTOR": f"{E2E_LABEL}={case}",
+            "RECONCILE_INTERVAL": "1h",
+            "LIFECYCLE_MODE": "enforce",
+            "LIFECYCLE_ACTUATOR": "kwok",
+            "LIFECYCLE_INTERVAL": "0.5s",
+            "LIFECYCLE_IDLE_GRACE": "2s",
+            "LIFECYCLE_DRAIN_SETTLE": "1s",
+            **env,
+        }
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                [JOULIE, "--role=manager"], env=full, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def sample(self, name: str, **labels: str) -> float:
+        assert self.process.poll() is None, self.log.read_text()[-4000:]
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        assert self.process.returncode == 0, self.log.read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def kwok_delete_granted(cluster: LocalCluster) -> Iterator[None]:
+    cluster.kubectl("apply", "-f", str(KWOK_RBAC))
+    yield
+    cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+
+
+def manifests(case: str, count: int, *, kwok: bool = True) -> list[dict[str, Any]]:
+    group = load_inventory(INVENTORY).nodes[0]
+    suffix = uuid.uuid4().hex[:5]
+    nodes = []
+    for i in range(count):
+        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
+        node["metadata"]["labels"][E2E_LABEL] = case
+        annotations = node["metadata"]["annotations"]
+        annotations[keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
+        if not kwok:  # a machine that is registered but whose kubelet never reports
+            del annotations[keys.KWOK_NODE_ANNOTATION]
+        nodes.append(node)
+    return nodes
+
+
+def names(nodes: list[dict[str, Any]]) -> list[str]:
+    return [n["metadata"]["name"] for n in nodes]
+
+
+def listed(cluster: LocalCluster, case: str) -> dict[str, dict[str, Any]]:
+    with cluster.api() as api:
+        answer = api.get("/api/v1/nodes", params={"labelSelector": f"{E2E_LABEL}={case}"})
+        answer.raise_for_status()
+        return {n["metadata"]["name"]: n for n in answer.json()["items"]}
+
+
+def in_flight(node: dict[str, Any]) -> bool:
+    annotations = node["metadata"].get("annotations") or {}
+    return annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION) in ("draining", "shutting-down")
+
+
+def untouched(node: dict[str, Any]) -> bool:
+    annotations = node["metadata"].get("annotations") or {}
+    return (
+        not node["spec"].get("unschedulable")
+        and not any(t["key"] == keys.DRAINING_TAINT for t in node["spec"].get("taints") or ())
+        and keys.LIFECYCLE_PHASE_ANNOTATION not in annotations
+    )
+
+
+def bind(cluster: LocalCluster, namespace: str, node: str) -> None:
+    with cluster.api() as api:
+        api.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            json={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"work-{node}"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        ).raise_for_status()
+
+
+def test_idle_nodes_are_drained_and_deleted_within_the_limits(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    tmp_path: Path,
+) -> None:
+    case = "lifecycle-limits"
+    nodes = manifests(case, 10)
+    cluster.create_ready_nodes(nodes)
+    busy = names(nodes)[:2]
+    for name in busy:
+        bind(cluster, namespace, name)
+    # At most 2 drains and 2 shutdowns at once, 30 % of 10 nodes disrupted at once, and never
+    # fewer than 5 serving: 5 idle nodes go, 3 stay with the 2 busy ones.
+    manager = Manager(
+        cluster,
+        tmp_path,
+        case,
+        LIFECYCLE_MAX_CONCURRENT_DRAINS="2",
+        LIFECYCLE_MAX_CONCURRENT_SHUTDOWNS="2",
+        LIFECYCLE_BUDGET_PCT="30",
+        LIFECYCLE_MIN_NODES="5",
+    )
+    most_at_once = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal most_at_once
+        while not stop.is_set():
+            try:
+                now = sum(1 for n in listed(cluster, case).values() if in_flight(n))
+            except httpx.HTTPError:
+                continue
+            most_at_once = max(most_at_once, now)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        wait_until(lambda: len(listed(cluster, case)) == 5, 90, "5 idle nodes to be removed")
+        passes = manager.sample("joulie_lifecycle_passes_total")
+        wait_until(
+            lambda: manager.sample("joulie_lifecycle_passes_total") >= passes + 6,
+            30,
+            "six more lifecycle passes",
+        )
+        left = listed(cluster, case)
+        assert len(left) == 5, sorted(left)  # the floor held
+        for name in busy:
+            assert name in left
+            assert untouched(left[name])
+        assert all(untouched(n) for n in left.values())
+        assert 1 <= most_at_once <= 3, most_at_once  # the budget: ceil(30 % of 10)
+        assert manager.sample("joulie_lifecycle_outcomes_total", outcome="shut_down") == 5
+    finally:
+        stop.set()
+        watcher.join(5)
+        manager.stop()
+
+
+def test_the_circuit_breaker_stops_every_shutdown_while_half_the_nodes_are_not_ready(
+    cluster: LocalCluster,
+    kwok_delete_granted: None,
+    tmp_path: Path,
+) -> None:
+    case = "lifecycle-breaker"
+    ready = manifests(case, 4)
+    broken = manifests(case, 4, kwok=False)
+    cluster.create_ready_nodes(ready)
+    cluster.create_nodes(broken)
+    manager = Manager(cluster, tmp_path, case, LIFECYCLE_BUDGET_PCT="100")
+    try:
+        wait_until(
+            lambda: manager.sample("joulie_lifecycle_circuit_breaker_open") == 1,
+            30,
+            "the circuit breaker to open",
+        )
+        passes = manager.sample("joulie_lifecycle_passes_total")
+        wait_until(
+            lambda: manager.sample("joulie_lifecycle_passes_total") >= passes + 10,
+            30,
+            "ten more lifecycle passes",
+        )
+        left = listed(cluster, case)
+        assert sorted(left) == sorted(names(ready) + names(broken))
+        assert all(untouched(n) for n in left.values())
+        assert manager.sample("joulie_lifecycle_outcomes_total", outcome="held") >= 1
+        # Once the broken machines are gone, the idle nodes are drained again.
+        with cluster.api() as api:
+            for name in names(broken):
+                api.delete(f"/api/v1/nodes/{name}").raise_for_status()
+        wait_until(lambda: not listed(cluster, case), 60, "the idle nodes to be removed")
+    finally:
+        manager.stop()
