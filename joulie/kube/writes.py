@@ -93,6 +93,14 @@ class Writer:
         task.add_done_callback(_settled(self._in_flight))
         return await asyncio.shield(task)
 
+    async def send(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Any other request (a subresource PUT, a delete with preconditions), under the same
+        rules as every write here: refused with :class:`NotPermitted` while ``may_write`` says
+        no, and run to its answer even if the caller is cancelled. It is not compared with a
+        cache nor remembered: the caller decides whether it is needed. ``kwargs`` are those of
+        :meth:`joulie.kube.client.KubeClient.request`."""
+        return await self._send(method, path, **kwargs)
+
     async def settle(self, timeout: float = 10.0) -> bool:
         """Wait (at most ``timeout`` seconds) until every request sent has been answered; True
         when none is left in flight."""

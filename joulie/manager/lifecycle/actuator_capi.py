@@ -157,7 +157,7 @@ class ClusterApiActuator:
             )
         set_path = f"{self._base}/namespaces/{namespace}/machinesets/{owner}"
         machine_set = await self._get(set_path, f"MachineSet {namespace}/{owner}")
-        deployment = None
+        deployment = _controller(machine_set, "MachineDeployment")
         if deployment is not None:
             return _Scalable(
                 "MachineDeployment",

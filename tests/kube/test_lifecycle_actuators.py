@@ -1,0 +1,420 @@
+"""The KWOK and Cluster API shutdown actuators against a real kube-apiserver: what each does to
+the cluster's objects, what each refuses, and that nothing is written without leadership.
+
+Cluster API itself does not run here: its CRDs are installed in a minimal form (any fields, the
+/scale subresource of MachineSets and MachineDeployments), which is all the actuator relies on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from hack.cluster.runner import LocalCluster
+from joulie.api.lifecycle import Action, BootGrace, IdleGrace, StateTuple, Window, WorkerState
+from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
+from joulie.kube.writes import NotPermitted, Writer
+from joulie.manager.lifecycle.actuator import Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator_capi import DELETE_MACHINE_ANNOTATION, ClusterApiActuator
+from joulie.manager.lifecycle.actuator_kwok import KwokActuator
+from joulie.manager.lifecycle.actuators import build_actuator
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
+
+CAPI = "/apis/cluster.x-k8s.io/v1beta1"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+FIELD_MANAGER = "joulie-manager"
+
+
+@pytest_asyncio.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    # The admin identity: the manager's RBAC does not grant these verbs (see the report).
+    async with await KubeClient.from_kubeconfig(str(cluster.admin_kubeconfig)) as c:
+        yield c
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest_asyncio.fixture
+async def nodes(client: KubeClient) -> AsyncIterator[Callable[..., Awaitable[dict[str, Any]]]]:
+    """Creates Nodes for the test, and deletes what is left of them afterwards."""
+    created: list[str] = []
+
+    async def create(name: str, annotations: dict[str, str], provider_id: str = "") -> Any:
+        spec = {"providerID": provider_id} if provider_id else {}
+        body = {"metadata": {"name": name, "annotations": annotations}, "spec": spec}
+        created.append(name)
+        return await client.request("POST", "/api/v1/nodes", body=body)
+
+    yield create
+    for name in created:
+        try:
+            await client.request("DELETE", f"/api/v1/nodes/{name}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+
+def request_for(node: dict[str, Any], key: str = "attempt-1") -> ShutdownRequest:
+    metadata = node["metadata"]
+    return ShutdownRequest(
+        node=metadata["name"],
+        uid=metadata["uid"],
+        provider_id=node.get("spec", {}).get("providerID", ""),
+        action=Action.START_SHUTDOWN,
+        tuple=StateTuple(WorkerState.IDLE, Window.OPEN, BootGrace.EXCEEDED, IdleGrace.EXCEEDED),
+        reason="idle",
+        idempotency_key=f"{metadata['uid']}/{key}",
+        annotations=metadata.get("annotations") or {},
+    )
+
+
+async def exists(client: KubeClient, path: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = await client.request("GET", path)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+    return found
+
+
+# --- KWOK ------------------------------------------------------------------------------------
+
+FAKE = {"kwok.x-k8s.io/node": "fake"}
+
+
+async def test_kwok_deletes_a_fake_node(client: KubeClient, nodes: Any) -> None:
+    node = await nodes(unique("kwok"), FAKE)
+    actuator = build_actuator("kwok", client=client, writer=Writer(client, FIELD_MANAGER))
+    result = await actuator.shutdown(request_for(node))
+    assert result.outcome is Outcome.DONE, result.message
+    assert await exists(client, f"/api/v1/nodes/{node['metadata']['name']}") is None
+    # Asked again (a restarted manager): already gone is done.
+    again = await actuator.shutdown(request_for(node))
+    assert again.outcome is Outcome.DONE
+    assert "already gone" in again.message
+
+
+async def test_kwok_refuses_a_real_node(client: KubeClient, nodes: Any) -> None:
+    node = await nodes(unique("real"), {})
+    result = await KwokActuator(Writer(client, FIELD_MANAGER)).shutdown(request_for(node))
+    assert result.outcome is Outcome.FAILED
+    assert "kwok.x-k8s.io/node=fake" in result.message
+    assert await exists(client, f"/api/v1/nodes/{node['metadata']['name']}") is not None
+
+
+async def test_kwok_leaves_a_new_node_of_the_same_name_alone(
+    client: KubeClient, nodes: Any
+) -> None:
+    name = unique("kwok")
+    old = await nodes(name, FAKE)
+    await client.request("DELETE", f"/api/v1/nodes/{name}")
+    new = await nodes(name, FAKE)
+    result = await KwokActuator(Writer(client, FIELD_MANAGER)).shutdown(request_for(old))
+    assert result.outcome is Outcome.DONE
+    still = await exists(client, f"/api/v1/nodes/{name}")
+    assert still is not None
+    assert still["metadata"]["uid"] == new["metadata"]["uid"]
+
+
+async def test_kwok_deletes_nothing_without_leadership(client: KubeClient, nodes: Any) -> None:
+    node = await nodes(unique("kwok"), FAKE)
+    follower = Writer(client, FIELD_MANAGER, may_write=lambda: False)
+    with pytest.raises(NotPermitted):
+        await KwokActuator(follower).shutdown(request_for(node))
+    assert await exists(client, f"/api/v1/nodes/{node['metadata']['name']}") is not None
+
+
+# --- Cluster API -----------------------------------------------------------------------------
+
+
+def crd(plural: str, kind: str, scalable: bool) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        "name": "v1beta1",
+        "served": True,
+        "storage": True,
+        "schema": {
+            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    }
+    if scalable:
+        version["subresources"] = {
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+            }
+        }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [version],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def capi_crds(cluster: LocalCluster) -> Iterator[None]:
+    definitions = [
+        crd("machines", "Machine", scalable=False),
+        crd("machinesets", "MachineSet", scalable=True),
+        crd("machinedeployments", "MachineDeployment", scalable=True),
+    ]
+    with cluster.api() as api:
+        for definition in definitions:
+            response = api.post(CRDS, json=definition)
+            assert response.status_code in (201, 409), response.text
+
+        def established() -> bool:
+            for definition in definitions:
+                got = api.get(f"{CRDS}/{definition['metadata']['name']}").json()
+                conditions = got.get("status", {}).get("conditions", [])
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True" for c in conditions
+                ):
+                    return False
+            return True
+
+        wait_until(established, 60, "the Cluster API CRDs to be established")
+    yield
+    with cluster.api() as api:
+        for definition in definitions:
+            api.delete(f"{CRDS}/{definition['metadata']['name']}")
+
+
+def owner(obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+class Capi:
+    """Cluster API objects of one test, in its own namespace."""
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+
+    def path(self, plural: str, name: str = "") -> str:
+        base = f"{CAPI}/namespaces/{self.namespace}/{plural}"
+        return f"{base}/{name}" if name else base
+
+    async def create(
+        self, plural: str, kind: str, name: str, *, by: dict[str, Any] | None = None, **spec: Any
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name}
+        if by is not None:
+            metadata["ownerReferences"] = [by]
+        body = {
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": kind,
+            "metadata": metadata,
+            "spec": spec,
+        }
+        created: dict[str, Any] = await self.client.request("POST", self.path(plural), body=body)
+        return created
+
+    async def machine_for(
+        self, node: str, by: dict[str, Any] | None, **extra: Any
+    ) -> dict[str, Any]:
+        machine = await self.create("machines", "Machine", f"m-{node}", by=by, **extra)
+        # No status subresource in these CRDs: the link to the Node is written like any field.
+        patch = {"status": {"nodeRef": {"kind": "Node", "name": node}}}
+        linked: dict[str, Any] = await self.client.request(
+            "PATCH",
+            self.path("machines", machine["metadata"]["name"]),
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+        return linked
+
+    def node_annotations(self, machine: dict[str, Any]) -> dict[str, str]:
+        return {
+            "cluster.x-k8s.io/machine": machine["metadata"]["name"],
+            "cluster.x-k8s.io/cluster-namespace": self.namespace,
+        }
+
+    async def replicas(self, plural: str, name: str) -> int:
+        got = await self.client.request("GET", self.path(plural, name))
+        return int(got["spec"]["replicas"])
+
+    async def annotations(self, machine: dict[str, Any]) -> dict[str, str]:
+        got = await self.client.request("GET", self.path("machines", machine["metadata"]["name"]))
+        return dict(got["metadata"].get("annotations") or {})
+
+
+@pytest_asyncio.fixture
+async def capi(capi_crds: None, client: KubeClient, namespace: str) -> Capi:
+    return Capi(client, namespace)
+
+
+async def deployment_with_machine(
+    capi: Capi, nodes: Any, replicas: int = 3
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A MachineDeployment -> MachineSet -> Machine <- Node chain; returns all four."""
+    md = await capi.create(
+        "machinedeployments", "MachineDeployment", unique("md"), replicas=replicas
+    )
+    ms = await capi.create(
+        "machinesets", "MachineSet", unique("ms"), by=owner(md), replicas=replicas
+    )
+    name = unique("capi")
+    machine = await capi.machine_for(name, owner(ms))
+    node = await nodes(name, capi.node_annotations(machine))
+    return md, ms, machine, node
+
+
+async def test_capi_marks_the_machine_and_scales_its_deployment_down_once(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, ms, machine, node = await deployment_with_machine(capi, nodes)
+    moment = datetime.datetime(2026, 1, 1, 3, 0, 0, tzinfo=datetime.UTC)
+    actuator = ClusterApiActuator(
+        client, Writer(client, FIELD_MANAGER), clock=lambda: moment.timestamp()
+    )
+    result = await actuator.shutdown(request_for(node))
+    assert result.outcome is Outcome.ACCEPTED, result.message
+    assert (await capi.annotations(machine))[DELETE_MACHINE_ANNOTATION] == "2026-01-01T03:00:00Z"
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 2
+    # The MachineSet is the deployment's to resize, not ours.
+    assert await capi.replicas("machinesets", ms["metadata"]["name"]) == 3
+
+    # A restarted manager asks again: the Machine is marked already, nothing shrinks twice.
+    again = await build_actuator(
+        "cluster-api", client=client, writer=Writer(client, FIELD_MANAGER)
+    ).shutdown(request_for(node))
+    assert again.outcome is Outcome.ACCEPTED
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 2
+
+
+async def test_capi_scales_a_machineset_of_its_own(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    ms = await capi.create("machinesets", "MachineSet", unique("ms"), replicas=2)
+    name = unique("capi")
+    machine = await capi.machine_for(name, owner(ms))
+    node = await nodes(name, capi.node_annotations(machine))
+    result = await ClusterApiActuator(client, Writer(client, FIELD_MANAGER)).shutdown(
+        request_for(node)
+    )
+    assert result.outcome is Outcome.ACCEPTED, result.message
+    assert DELETE_MACHINE_ANNOTATION in await capi.annotations(machine)
+    assert await capi.replicas("machinesets", ms["metadata"]["name"]) == 1
+
+
+class Interleaved(Writer):
+    """A writer that lets someone else act on the cluster right before each of its requests."""
+
+    def __init__(self, client: KubeClient, before: Callable[[str, str], Awaitable[None]]) -> None:
+        super().__init__(client, FIELD_MANAGER)
+        self._before = before
+
+    async def send(self, method: str, path: str, **kwargs: Any) -> Any:
+        await self._before(method, path)
+        return await super().send(method, path, **kwargs)
+
+
+async def test_capi_rereads_the_replicas_that_changed_under_it(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, _, machine, node = await deployment_with_machine(capi, nodes)
+    md_path = capi.path("machinedeployments", md["metadata"]["name"])
+    operator_scaled = False
+
+    async def operator_scales_up(method: str, path: str) -> None:
+        nonlocal operator_scaled
+        if method == "PUT" and not operator_scaled:
+            operator_scaled = True
+            patch = {"spec": {"replicas": 5}}
+            await client.request("PATCH", md_path, body=patch, content_type=MERGE_PATCH)
+
+    actuator = ClusterApiActuator(client, Interleaved(client, operator_scales_up))
+    result = await actuator.shutdown(request_for(node))
+    assert operator_scaled
+    assert result.outcome is Outcome.ACCEPTED, result.message
+    # The operator's 5 was read again and counted down, not overwritten with 3 - 1.
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 4
+    assert DELETE_MACHINE_ANNOTATION in await capi.annotations(machine)
+
+
+async def test_capi_takes_its_mark_off_when_the_scale_down_fails(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, _, machine, node = await deployment_with_machine(capi, nodes, replicas=0)
+    result = await ClusterApiActuator(client, Writer(client, FIELD_MANAGER)).shutdown(
+        request_for(node)
+    )
+    assert result.outcome is Outcome.FAILED
+    assert "0 replicas" in result.message
+    assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 0
+
+
+async def test_capi_refuses_what_it_cannot_remove_safely(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    actuator = ClusterApiActuator(client, Writer(client, FIELD_MANAGER))
+
+    plain = await nodes(unique("plain"), {})
+    result = await actuator.shutdown(request_for(plain))
+    assert result.outcome is Outcome.FAILED
+    assert "cluster.x-k8s.io/machine" in result.message
+
+    orphan = await nodes(unique("orphan"), capi.node_annotations({"metadata": {"name": "gone"}}))
+    result = await actuator.shutdown(request_for(orphan))
+    assert result.outcome is Outcome.FAILED
+    assert f"Machine {capi.namespace}/gone not found" in result.message
+
+    # A control-plane Machine (its controller is a KubeadmControlPlane) is never scaled.
+    control_plane = {
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+        "kind": "KubeadmControlPlane",
+        "name": "cp",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+    }
+    name = unique("cp")
+    machine = await capi.machine_for(name, control_plane)
+    node = await nodes(name, capi.node_annotations(machine))
+    result = await actuator.shutdown(request_for(node))
+    assert result.outcome is Outcome.FAILED
+    assert "not controlled by a MachineSet" in result.message
+    assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+
+    # A Node whose annotation names another node's Machine leaves that Machine alone.
+    md, _, machine, _ = await deployment_with_machine(capi, nodes)
+    stray = await nodes(unique("stray"), capi.node_annotations(machine))
+    result = await actuator.shutdown(request_for(stray))
+    assert result.outcome is Outcome.FAILED
+    assert "belongs to node" in result.message
+    assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3
+
+
+async def test_capi_writes_nothing_without_leadership(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, _, machine, node = await deployment_with_machine(capi, nodes)
+    follower = Writer(client, FIELD_MANAGER, may_write=lambda: False)
+    with pytest.raises(NotPermitted):
+        await ClusterApiActuator(client, follower).shutdown(request_for(node))
+    assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3

@@ -1,0 +1,265 @@
+"""The webhook shutdown actuator against a real HTTP receiver on 127.0.0.1: what it sends (a body
+and headers a receiver can authenticate), how it reads each answer, and how it retries, with an
+injected sleep so that backoff costs no time."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from joulie.api.lifecycle import Action, BootGrace, IdleGrace, StateTuple, Window, WorkerState
+from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator_webhook import WebhookActuator, verify_signature
+from joulie.manager.lifecycle.actuators import build_actuator
+
+pytestmark = pytest.mark.asyncio
+
+SECRET = b"s3cret-shared-with-the-receiver"
+NOW = 1_767_225_600.7  # 2026-01-01T00:00:00.7Z
+
+REQUEST = ShutdownRequest(
+    node="worker-7",
+    uid="3f1c2b9e-0000-4000-8000-000000000007",
+    provider_id="redfish://bmc-7/Systems/1",
+    action=Action.START_SHUTDOWN,
+    tuple=StateTuple(WorkerState.IDLE, Window.OPEN, BootGrace.EXCEEDED, IdleGrace.EXCEEDED),
+    reason="idle for 15m, the billing window is open",
+    idempotency_key="3f1c2b9e-0000-4000-8000-000000000007/2026-01-01T00:00:00Z",
+)
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    """Answers each request with the next scripted (status, headers, body); the last repeats."""
+
+    script: list[tuple[int, dict[str, str], str]] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    delay_s: float = 0.0
+    url: str = ""
+
+    def answers(self, *script: tuple[int, dict[str, str], str] | int) -> None:
+        self.script = [s if isinstance(s, tuple) else (s, {}, "") for s in script]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.received.append(Received(dict(request.headers), await request.read()))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        index = min(len(self.received), len(self.script)) - 1
+        status, headers, text = self.script[index]
+        return web.Response(status=status, headers=headers, text=text or None)
+
+
+@pytest_asyncio.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    receiver = Receiver()
+    app = web.Application()
+    app.router.add_post("/power-off", receiver.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    receiver.url = f"http://127.0.0.1:{server.port}/power-off"
+    try:
+        yield receiver
+    finally:
+        await server.close()
+
+
+class Sleeps(list[float]):
+    """The injected sleep: records each wait and returns at once."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def actuator(
+    url: str, sleeps: Sleeps, *, max_attempts: int = 4, **kwargs: float
+) -> WebhookActuator:
+    options: dict[str, float] = {"base_delay_s": 1.0, "max_delay_s": 30.0, "timeout_s": 5.0}
+    options.update(kwargs)
+    return WebhookActuator(
+        url, SECRET, max_attempts=max_attempts, clock=lambda: NOW, sleep=sleeps, **options
+    )
+
+
+async def shutdown(
+    url: str, sleeps: Sleeps | None = None, *, max_attempts: int = 4, **kwargs: float
+) -> ActuatorResult:
+    webhook = actuator(
+        url, sleeps if sleeps is not None else Sleeps(), max_attempts=max_attempts, **kwargs
+    )
+    try:
+        return await webhook.shutdown(REQUEST)
+    finally:
+        await webhook.close()
+
+
+async def test_the_request_carries_the_shutdown_and_a_verifiable_signature(
+    receiver: Receiver,
+) -> None:
+    receiver.answers(202)
+    result = await shutdown(receiver.url)
+    assert result.outcome is Outcome.ACCEPTED
+    [sent] = receiver.received
+    assert sent.headers["Content-Type"] == "application/json"
+    assert sent.headers["Idempotency-Key"] == REQUEST.idempotency_key
+    assert json.loads(sent.body) == {
+        "node": "worker-7",
+        "uid": REQUEST.uid,
+        "providerID": "redfish://bmc-7/Systems/1",
+        "action": "START_SHUTDOWN",
+        "tuple": ["idle", "open", "boot exceeded", "idle exceeded"],
+        "reason": "idle for 15m, the billing window is open",
+        "idempotencyKey": REQUEST.idempotency_key,
+    }
+    stamp = sent.headers["X-Joulie-Timestamp"]
+    signature = sent.headers["X-Joulie-Signature"]
+    assert stamp == str(int(NOW))
+    assert signature.startswith("sha256=")
+    assert verify_signature(SECRET, stamp, sent.body, signature)
+    assert verify_signature(SECRET, stamp, sent.body, signature, now=NOW + 60)
+    # What a receiver must reject: another secret, a changed body, a changed timestamp, an old
+    # request replayed, garbage.
+    assert not verify_signature(b"another secret", stamp, sent.body, signature)
+    tampered = sent.body.replace(b"worker-7", b"worker-8")
+    assert not verify_signature(SECRET, stamp, tampered, signature)
+    assert not verify_signature(SECRET, str(int(NOW) + 1), sent.body, signature)
+    assert not verify_signature(SECRET, stamp, sent.body, signature, now=NOW + 3600)
+    assert not verify_signature(SECRET, "soon", sent.body, signature)
+    assert not verify_signature(SECRET, stamp, sent.body, "sha256=Ω")
+
+
+@pytest.mark.parametrize("status", [200, 204])
+async def test_a_plain_success_means_the_node_is_off(receiver: Receiver, status: int) -> None:
+    receiver.answers(status)
+    result = await shutdown(receiver.url)
+    assert result.outcome is Outcome.DONE
+    assert len(receiver.received) == 1
+
+
+async def test_a_server_error_is_retried_with_the_same_key(receiver: Receiver) -> None:
+    receiver.answers(503, 500, 202)
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps)
+    assert result.outcome is Outcome.ACCEPTED
+    assert sleeps == [1.0, 2.0]
+    assert len(receiver.received) == 3
+    assert {r.headers["Idempotency-Key"] for r in receiver.received} == {REQUEST.idempotency_key}
+    assert {r.body for r in receiver.received} == {receiver.received[0].body}
+
+
+async def test_retry_after_is_honoured_up_to_the_longest_delay(receiver: Receiver) -> None:
+    http_date = email.utils.formatdate(NOW + 20, usegmt=True)
+    receiver.answers(
+        (429, {"Retry-After": "2"}, "slow down"),
+        (503, {"Retry-After": http_date}, ""),
+        (503, {"Retry-After": "3600"}, ""),
+        (503, {"Retry-After": "whenever"}, ""),
+        202,
+    )
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps, max_attempts=5, max_delay_s=30.0)
+    assert result.outcome is Outcome.ACCEPTED
+    # 2 s as asked; the date 20 s ahead (less the fraction of the current second); an hour
+    # capped at 30 s; an unreadable value leaves the backoff (1, 2, 4, 8 s) in charge.
+    assert sleeps[0] == 2.0
+    assert sleeps[1] == pytest.approx(20, abs=1)
+    assert sleeps[2:] == [30.0, 8.0]
+
+
+async def test_exhausted_retries_fail_with_the_last_answer(receiver: Receiver) -> None:
+    receiver.answers((503, {"Retry-After": "7"}, "maintenance until 03:00"))
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps, max_attempts=3)
+    assert result.outcome is Outcome.FAILED
+    assert "3 attempts" in result.message
+    assert "503" in result.message
+    assert "maintenance until 03:00" in result.message
+    assert result.retry_after_s == 7.0
+    assert len(receiver.received) == 3
+    assert sleeps == [7.0, 7.0]
+
+
+async def test_backoff_doubles_up_to_the_cap_and_no_retry_after_is_reported(
+    receiver: Receiver,
+) -> None:
+    receiver.answers(502)
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps, max_attempts=5, max_delay_s=3.0)
+    assert result.outcome is Outcome.FAILED
+    assert result.retry_after_s is None
+    assert sleeps == [1.0, 2.0, 3.0, 3.0]
+
+
+async def test_a_client_error_fails_at_once(receiver: Receiver) -> None:
+    receiver.answers((400, {}, "unknown node worker-7\nsecond line"))
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps)
+    assert result.outcome is Outcome.FAILED
+    assert "400" in result.message
+    assert "unknown node worker-7" in result.message
+    assert len(receiver.received) == 1
+    assert sleeps == []
+
+
+async def test_a_closed_port_fails_after_the_retries() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens there any more: every attempt is refused.
+    sleeps = Sleeps()
+    result = await shutdown(f"http://127.0.0.1:{port}/power-off", sleeps, max_attempts=3)
+    assert result.outcome is Outcome.FAILED
+    assert "ConnectError" in result.message
+    assert "3 attempts" in result.message
+    assert sleeps == [1.0, 2.0]
+
+
+async def test_a_slow_receiver_times_out_and_is_retried(receiver: Receiver) -> None:
+    receiver.answers(202)
+    receiver.delay_s = 1.0
+    sleeps = Sleeps()
+    result = await shutdown(receiver.url, sleeps, max_attempts=2, timeout_s=0.1)
+    assert result.outcome is Outcome.FAILED
+    assert "Timeout" in result.message
+    assert len(receiver.received) == 2
+    assert sleeps == [1.0]
+
+
+async def test_messages_do_not_show_credentials_in_the_url(receiver: Receiver) -> None:
+    receiver.answers(403)
+    url = receiver.url.replace("http://", "http://admin:hunter2@") + "?token=abc"
+    result = await shutdown(url)
+    assert result.outcome is Outcome.FAILED
+    assert "403" in result.message
+    assert "hunter2" not in result.message
+    assert "abc" not in result.message
+
+
+async def test_an_unusable_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="http"):
+        WebhookActuator("ftp://bmc/power", SECRET)
+    with pytest.raises(ValueError, match="secret"):
+        WebhookActuator("https://bmc/power", b"")
+    with pytest.raises(ValueError, match="max_attempts"):
+        WebhookActuator("https://bmc/power", SECRET, max_attempts=0)
+
+
+async def test_the_factory_names_the_kinds_it_accepts() -> None:
+    with pytest.raises(ValueError, match="kwok, webhook, cluster-api"):
+        build_actuator("ipmi", client=None, writer=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="URL"):
+        build_actuator("webhook", client=None, writer=None)  # type: ignore[arg-type]
