@@ -63,6 +63,13 @@ def add_parser(sub: Any) -> None:
         help="B and C also write governor presets (GOVERNOR_CONTROL=all)",
     )
     simulate.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="also run the node lifecycle: idle nodes drained and powered off, booted again "
+        "for pending work (baselines labelled +L; knobs: --param lifecycle_idle_grace_s=600, "
+        "lifecycle_boot_delay_s=300, lifecycle_min_nodes=0, ...)",
+    )
+    simulate.add_argument(
         "--gen",
         action="append",
         default=[],

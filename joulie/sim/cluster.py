@@ -92,6 +92,10 @@ class Cluster:
         """Per node: job index -> its pods there."""
         self.performance_pods = np.zeros(n, dtype=np.int64)
         """Running performance pods per node (the downgrade guard's count)."""
+        self.pod_count = np.zeros(n, dtype=np.int64)
+        """Running pods per node."""
+        self.off: set[int] = set()
+        """Nodes powered off by the lifecycle: they draw nothing."""
         self.controls: list[Controls] = [Controls()] * n
         self.steady: list[Steady] = []
         self.node_w = np.zeros(n)
@@ -152,7 +156,14 @@ class Cluster:
         steady = steady_state(model.power, load, self.controls[node])
         before = self.steady[node]
         self.steady[node] = steady
-        watts = steady.node_w
+        self._draw(node, 0.0 if node in self.off else steady.node_w, t)
+        if steady.cpu_speed != before.cpu_speed or steady.gpu_speed != before.gpu_speed:
+            # Only a change of clocks moves the finish of the work already running here (an
+            # uncapped node's never do: busy CPU nodes host dozens of pods).
+            for index in self.pods_on[node]:
+                self._retime(self._jobs[index], t)
+
+    def _draw(self, node: int, watts: float, t: float) -> None:
         old = float(self.node_w[node])
         if watts != old:
             self.node_energy_j[node] += old * (t - self._node_since[node])
@@ -160,11 +171,14 @@ class Cluster:
             self.node_w[node] = watts
             self._set_it_w(self.it_w + watts - old)
             self.power_changed.add(node)
-        if steady.cpu_speed != before.cpu_speed or steady.gpu_speed != before.gpu_speed:
-            # Only a change of clocks moves the finish of the work already running here (an
-            # uncapped node's never do: busy CPU nodes host dozens of pods).
-            for index in self.pods_on[node]:
-                self._retime(self._jobs[index], t)
+
+    def power(self, node: int, on: bool, t: float) -> None:
+        """Power an idle node off (it draws nothing) or on (its idle draw, while it boots)."""
+        if on:
+            self.off.discard(node)
+        else:
+            self.off.add(node)
+        self._draw(node, self.steady[node].node_w if on else 0.0, t)
 
     def set_controls(self, node: int, controls: Controls, t: float) -> None:
         if controls != self.controls[node]:
@@ -215,6 +229,7 @@ class Cluster:
             )
             if workload.performance:
                 self.performance_pods[node] += 1
+            self.pod_count[node] += 1
             touched[node] = None
         for node in touched:
             self.pods_changed.add(node)
@@ -237,6 +252,7 @@ class Cluster:
             self.level_gpus[level, node] -= gpus
             if workload.performance:
                 self.performance_pods[node] -= 1
+            self.pod_count[node] -= 1
             touched[node] = None
         job.nodes = []
         job.speed = 0.0

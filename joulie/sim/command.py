@@ -81,6 +81,7 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
                 hours=args.hours,
                 limit_hours=args.limit_hours,
                 governors=args.governors,
+                lifecycle=args.lifecycle,
                 params=params,
             )
             for seed in seeds

@@ -34,6 +34,7 @@ from joulie.hardware.catalog import Catalog
 from joulie.sim.cluster import Cluster, Job
 from joulie.sim.control_loop import ControlLoop
 from joulie.sim.fleet import Fleet, build_fleet
+from joulie.sim.lifecycle import LifecycleSettings, NodeLifecycle
 from joulie.sim.placement import Scheduler
 from joulie.sim.pods import pod_manifest
 from joulie.sim.preempting import plan_preemption
@@ -66,6 +67,8 @@ class Scenario:
     tick_s: float = 60.0
     """Reconcile interval when there is no policy (the engine still ticks, so A and B/C cut
     time into the same intervals)."""
+    lifecycle: LifecycleSettings | None = None
+    """The node lifecycle (``joulie.sim.lifecycle``); None: every node stays on."""
 
 
 @dataclass(slots=True)
@@ -124,6 +127,11 @@ class Engine:
         self.run = _Run(jobs)
         self.queue = PendingQueue(jobs, self.fleet, joulie)
         self.cluster.attach(jobs)
+        self.lifecycle: NodeLifecycle | None = None
+        if scenario.lifecycle is not None:
+            self.lifecycle = NodeLifecycle(
+                self.fleet, self.cluster, self.scheduler, self.queue, jobs, scenario.lifecycle
+            )
         self.tick_s = scenario.policy.reconcile_interval_s if scenario.policy else scenario.tick_s
         self.families = sorted({self.fleet.family(i) for i in range(len(self.fleet))})
         self.run.shares = {f: np.zeros(3) for f in self.families}
@@ -238,6 +246,7 @@ class Engine:
         run = self.run
         jobs = run.jobs
         cluster = self.cluster
+        life = self.lifecycle
         arrival = 0
         next_tick = 0.0
         next_sample = 0.0
@@ -251,6 +260,7 @@ class Engine:
                 jobs[arrival].workload.submit_s if arrival < total else math.inf,
                 self._next_completion(),
                 next_tick,
+                life.next_event() if life is not None else math.inf,
             )
             if run.completed + run.unplaceable == total:
                 break
@@ -288,7 +298,11 @@ class Engine:
                     self._sample_at(t, counts)
                     next_sample += s.sample_s
                 next_tick += self.tick_s
+            if life is not None:
+                run.changed_nodes.update(life.step(t))
             self._schedule(t)
+            if life is not None and life.passed:
+                life.provision(t)
             if self.progress is not None and total:
                 fraction = run.completed / total
                 if fraction - last_progress >= 0.01:
@@ -371,6 +385,7 @@ class Engine:
             unplaceable=run.unplaceable,
             idle_it_w=self.cluster.it_w,
             idle_facility_w=self.cluster.it_w * self.cluster.pue,
+            lifecycle=self.lifecycle.close(end) if self.lifecycle is not None else None,
         )
 
 

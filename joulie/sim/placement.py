@@ -44,6 +44,9 @@ class Scheduler:
         self.table = table
         self.kept_off = np.zeros(len(fleet), dtype=np.bool_)
         """Nodes the extender refuses performance pods (kept current by the control loop)."""
+        self.cordoned: BoolArray | None = None
+        """Nodes no pod may land on (draining, off or booting); None without the lifecycle,
+        which costs the placement nothing then."""
         self._cpu = fleet.cpu_millis
         self._memory = fleet.memory_bytes
         self._gpus = fleet.gpus
@@ -74,6 +77,8 @@ class Scheduler:
             mask &= offers[pick] & (self._gpus[pick] - c.used_gpus[pick] >= w.gpus)
         if self.table is not None and w.performance:
             mask &= ~self.kept_off[pick]
+        if self.cordoned is not None:
+            mask &= ~self.cordoned[pick]
         return mask
 
     def _scores(self, job: Job, nodes: IntArray) -> npt.NDArray[np.float64]:

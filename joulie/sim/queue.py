@@ -122,13 +122,52 @@ class PendingQueue:
         chosen = [i for i in fresh if self.waiting[i]]
         parked = self._parked()
         if changed.size and parked.size:
-            ok = self._could_fit(parked, fleet, used, changed)
-            perf = self._performance[parked]
-            if perf.any():
-                allowed = changed[~kept_off[changed]]
-                ok &= ~perf | self._could_fit(parked, fleet, used, allowed)
+            ok = self._might_take(parked, fleet, used, changed, kept_off)
             chosen += parked[ok].tolist()
+        return self._in_order(chosen)
+
+    def _might_take(
+        self,
+        jobs: IntArray,
+        fleet: Fleet,
+        used: tuple[IntArray, IntArray, IntArray],
+        nodes: IntArray,
+        kept_off: BoolArray,
+    ) -> BoolArray:
+        """Which of ``jobs`` one of ``nodes`` might take (performance ones only counting the
+        nodes not kept off)."""
+        ok = self._could_fit(jobs, fleet, used, nodes)
+        perf = self._performance[jobs]
+        if perf.any():
+            allowed = nodes[~kept_off[nodes]]
+            ok &= ~perf | self._could_fit(jobs, fleet, used, allowed)
+        return ok
+
+    def _in_order(self, chosen: list[int]) -> list[int]:
         if len(chosen) > 1:
             keys = np.array(chosen, dtype=np.int64)
             chosen = keys[np.lexsort((keys, -self._priority[keys]))].tolist()
         return chosen
+
+    def waiting_for(
+        self,
+        nodes: IntArray,
+        fleet: Fleet,
+        used: tuple[IntArray, IntArray, IntArray],
+        kept_off: BoolArray,
+    ) -> list[int]:
+        """The waiting workloads, in queue order, that one of ``nodes`` might take (what the
+        lifecycle's provisioner looks at before it boots nodes)."""
+        waiting = np.flatnonzero(self.waiting)
+        if waiting.size == 0 or nodes.size == 0:
+            return []
+        ok = self._might_take(waiting, fleet, used, nodes, kept_off)
+        return self._in_order(waiting[ok].tolist())
+
+    def waiting_requests(self) -> list[tuple[int, int]]:
+        """The distinct (CPU millicores, GPUs) asked by one pod of a waiting workload."""
+        waiting = np.flatnonzero(self.waiting)
+        if waiting.size == 0:
+            return []
+        pairs = np.unique(np.column_stack((self._cpu[waiting], self._gpus[waiting])), axis=0)
+        return [(int(cpu), int(gpus)) for cpu, gpus in pairs]

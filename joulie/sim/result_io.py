@@ -23,6 +23,7 @@ from typing import Any
 from joulie.sim.results import (
     RESULT_SCHEMA_VERSION,
     ClassResult,
+    LifecycleResult,
     Percentiles,
     RunResult,
     Sample,
@@ -125,6 +126,10 @@ def result_from_dict(d: Mapping[str, Any]) -> RunResult:
         Sample(**_checked_keys(s, Sample, f"result.series[{i}]"))
         for i, s in enumerate(entries.get("series", ()))
     )
+    if entries.get("lifecycle") is not None:
+        entries["lifecycle"] = LifecycleResult(
+            **_checked_keys(entries["lifecycle"], LifecycleResult, "result.lifecycle")
+        )
     return RunResult(**entries)
 
 

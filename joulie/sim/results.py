@@ -61,6 +61,22 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class LifecycleResult:
+    """What the node lifecycle did in a run (``--lifecycle``)."""
+
+    off_node_hours: float
+    """Node-hours spent powered off."""
+    mean_nodes_off: float
+    """Nodes off on average over the run."""
+    boots: int
+    drains_started: int
+    drains_cancelled: int
+    """Drains undone at their re-check (a pending pod fitted the node, or it was no longer
+    eligible)."""
+    shutdowns: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunResult:
     scenario: str
     baseline: str
@@ -95,7 +111,13 @@ class RunResult:
     misplaced_performance_pods: int = 0
     """Performance pods started on a node the extender refuses them (eco or draining): must be
     0 whenever Joulie runs."""
+    lifecycle: LifecycleResult | None = None
+    """None: the run had no node lifecycle (the key is then left out of the dict, so such a
+    result reads exactly as before the lifecycle existed)."""
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.lifecycle is None:
+            del d["lifecycle"]
+        return d

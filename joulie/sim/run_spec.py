@@ -35,6 +35,9 @@ class RunSpec(BaseModel):
     or at most ten times ``hours``)."""
     governors: bool = False
     """Write governor presets (GOVERNOR_CONTROL=all) in B and C."""
+    lifecycle: bool = False
+    """Run the node lifecycle: idle nodes drained and powered off, booted again for pending
+    work (its ``lifecycle_*`` params); the baseline's label gets ``+L``."""
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
     """Overrides of the policy and intent settings and engine knobs (see
     ``joulie.sim.engine.PARAMS``)."""

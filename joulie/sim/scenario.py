@@ -18,10 +18,13 @@ from typing import Any
 from joulie.api.enums import GovernorControl, PolicyType
 from joulie.api.inventory import Inventory, load_inventory, parse_inventory
 from joulie.core.intents import IntentConfig
+from joulie.core.lifecycle import LifecycleConfig
+from joulie.core.lifecycle_limits import Limits
 from joulie.core.policy import PolicyInputs
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Scenario, simulate
 from joulie.sim.generator import GeneratorOptions, generate
+from joulie.sim.lifecycle import LifecycleSettings
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import RunSpec
 from joulie.sim.trace import read_trace
@@ -75,7 +78,31 @@ _ENGINE_PARAMS = {
     "sample_s": float,
     "trend_window_s": float,
 }
-PARAMS: Mapping[str, Callable[[Any], Any]] = {**_POLICY_PARAMS, **_INTENT_PARAMS, **_ENGINE_PARAMS}
+_LIFECYCLE_CONFIG_PARAMS = {
+    "lifecycle_idle_grace_s": ("idle_grace_s", float),
+    "lifecycle_boot_grace_s": ("boot_grace_s", float),
+    "lifecycle_drain_settle_s": ("drain_settle_s", float),
+}
+_LIFECYCLE_LIMIT_PARAMS = {
+    "lifecycle_min_nodes": ("min_nodes", int),
+    "lifecycle_max_concurrent_drains": ("max_concurrent_drains", int),
+    "lifecycle_max_concurrent_shutdowns": ("max_concurrent_shutdowns", int),
+    "lifecycle_budget_pct": ("budget_pct", float),
+}
+_LIFECYCLE_PARAMS = {
+    **{k: kind for k, (_, kind) in _LIFECYCLE_CONFIG_PARAMS.items()},
+    **{k: kind for k, (_, kind) in _LIFECYCLE_LIMIT_PARAMS.items()},
+    "lifecycle_boot_delay_s": float,
+    "lifecycle_interval_s": float,
+}
+"""The node lifecycle's knobs (with ``lifecycle``): the LIFECYCLE_* settings' defaults unless
+given; the boot delay is the simulator's own (``joulie.sim.lifecycle``)."""
+PARAMS: Mapping[str, Callable[[Any], Any]] = {
+    **_POLICY_PARAMS,
+    **_INTENT_PARAMS,
+    **_ENGINE_PARAMS,
+    **_LIFECYCLE_PARAMS,
+}
 """Every key a run spec's ``params`` may set, and its type."""
 
 RUN_LIMIT_FACTOR = 10.0
@@ -109,9 +136,33 @@ def _params(spec: RunSpec) -> dict[str, Any]:
     return values
 
 
+def _lifecycle(spec: RunSpec, params: Mapping[str, Any]) -> LifecycleSettings | None:
+    given = sorted(k for k in params if k in _LIFECYCLE_PARAMS)
+    if not spec.lifecycle:
+        if given:
+            raise ValueError(f"params {', '.join(given)} need the lifecycle on (--lifecycle)")
+        return None
+    config = LifecycleConfig(
+        **{field: params[k] for k, (field, _) in _LIFECYCLE_CONFIG_PARAMS.items() if k in params}
+    )
+    limits = Limits(
+        **{field: params[k] for k, (field, _) in _LIFECYCLE_LIMIT_PARAMS.items() if k in params}
+    )
+    extra = {
+        field: params[k]
+        for k, field in (
+            ("lifecycle_boot_delay_s", "boot_delay_s"),
+            ("lifecycle_interval_s", "interval_s"),
+        )
+        if k in params
+    }
+    return LifecycleSettings(config=config, limits=limits, **extra)
+
+
 def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
     """The scenario ``spec`` describes (inventory read, workload generated or loaded)."""
     params = _params(spec)
+    lifecycle = _lifecycle(spec, params)
     inventory = load_named_inventory(spec.inventory)
     if spec.trace is not None:
         workloads = read_trace(Path(spec.trace))
@@ -135,7 +186,9 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
     limit_h = spec.limit_hours if spec.limit_hours is not None else spec.hours * RUN_LIMIT_FACTOR
     return Scenario(
         name=spec.scenario,
-        baseline=spec.baseline + ("+gov" if spec.governors and spec.baseline != "A" else ""),
+        baseline=spec.baseline
+        + ("+gov" if spec.governors and spec.baseline != "A" else "")
+        + ("+L" if spec.lifecycle else ""),
         seed=spec.seed,
         inventory=inventory,
         workloads=workloads,
@@ -143,6 +196,7 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
         policy=policy,
         config=config,
         limit_s=limit_h * 3600.0,
+        lifecycle=lifecycle,
         **{k: v for k, v in params.items() if k in _ENGINE_PARAMS},
     )
 
