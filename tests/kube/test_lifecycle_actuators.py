@@ -355,6 +355,35 @@ async def test_capi_rereads_the_replicas_that_changed_under_it(
     assert DELETE_MACHINE_ANNOTATION in await capi.annotations(machine)
 
 
+class AnswerLost(Writer):
+    """A writer whose scale request reaches the server but whose answer never comes back."""
+
+    async def send(self, method: str, path: str, **kwargs: Any) -> Any:
+        answer = await super().send(method, path, **kwargs)
+        if method == "PUT" and path.endswith("/scale"):
+            raise TimeoutError("the answer was lost")
+        return answer
+
+
+async def test_capi_never_scales_twice_when_an_answer_was_lost(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, _, machine, node = await deployment_with_machine(capi, nodes)
+    result = await ClusterApiActuator(client, AnswerLost(client, FIELD_MANAGER)).shutdown(
+        request_for(node)
+    )
+    assert result.outcome is Outcome.FAILED
+    assert "no answer" in result.message
+    # The scale did happen: the mark stays, so the next attempt does not shrink the set again.
+    assert DELETE_MACHINE_ANNOTATION in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 2
+    again = await ClusterApiActuator(client, Writer(client, FIELD_MANAGER)).shutdown(
+        request_for(node, "attempt-2")
+    )
+    assert again.outcome is Outcome.ACCEPTED
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 2
+
+
 async def test_capi_takes_its_mark_off_when_the_scale_down_fails(
     capi: Capi, client: KubeClient, nodes: Any
 ) -> None:

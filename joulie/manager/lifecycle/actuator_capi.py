@@ -11,7 +11,8 @@ restarts mid-shutdown never removes two machines for one node. The price is one 
 a process that dies between marking and shrinking leaves the Machine marked but the set whole;
 the node then outlives the controller's shutdown timeout, which makes it visible. Whatever else
 fails after the mark (the scale refused, the owner gone) takes the mark off again, so the next
-attempt starts clean.
+attempt starts clean; only when the scale request's fate is unknown (it timed out, or its caller
+was cancelled while the request ran on) does the mark stay, because the set may have shrunk.
 
 The Machine's controlling owner must be a MachineSet: control-plane Machines (owned by a
 KubeadmControlPlane) and Machines without an owner are refused, never scaled.
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import aiohttp
 import structlog
 
 from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
@@ -46,6 +48,14 @@ _CONFLICT_RETRIES: Final = 5
 
 class CapiError(Exception):
     """A reason not to (or no longer able to) shut the node down, in words."""
+
+
+class ScaleUnknown(CapiError):
+    """The scale request was sent and no answer came: the set may or may not have shrunk."""
+
+
+_TRANSPORT: Final = (aiohttp.ClientError, TimeoutError, OSError)
+"""What a request to the API server raises when no answer came."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,11 @@ class ClusterApiActuator:
         try:
             return await self._shutdown(request)
         except CapiError as exc:
-            log.warning("cluster api shutdown failed", node=request.node, error=str(exc))
-            return ActuatorResult(Outcome.FAILED, f"node {request.node}: {exc}")
+            message = str(exc)
+        except _TRANSPORT as exc:
+            message = f"the API server did not answer: {type(exc).__name__}: {exc}"
+        log.warning("cluster api shutdown failed", node=request.node, error=message)
+        return ActuatorResult(Outcome.FAILED, f"node {request.node}: {message}")
 
     async def _shutdown(self, request: ShutdownRequest) -> ActuatorResult:
         name = request.annotations.get(MACHINE_ANNOTATION, "")
@@ -111,11 +124,13 @@ class ClusterApiActuator:
                 "set is not counted down a second time",
             )
         target = await self._scalable(machine, namespace)
-        await self._mark(path, self._now())
+        await self._mark(path, self._now(), request.node)
         try:
             replicas = await self._count_down(target)
-        except BaseException:
-            await self._unmark(path, request.node)
+        except ScaleUnknown:
+            raise  # the set may have shrunk: the mark stays, so it is never shrunk twice
+        except CapiError:
+            await self._unmark(path, request.node)  # the set is whole: the next try starts clean
             raise
         log.info(
             "cluster api machine removal requested",
@@ -144,6 +159,8 @@ class ClusterApiActuator:
             if exc.not_found:
                 raise CapiError(f"{what} not found") from exc
             raise CapiError(f"reading {what} failed: HTTP {exc.status} {exc.message}") from exc
+        except _TRANSPORT as exc:
+            raise CapiError(f"reading {what} failed: {type(exc).__name__}: {exc}") from exc
         return found if isinstance(found, dict) else {}
 
     async def _scalable(self, machine: Mapping[str, Any], namespace: str) -> _Scalable:
@@ -167,12 +184,16 @@ class ClusterApiActuator:
             )
         return _Scalable("MachineSet", namespace, owner, set_path)
 
-    async def _mark(self, path: str, value: str) -> None:
+    async def _mark(self, path: str, value: str, node: str) -> None:
         patch = {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}}
         try:
             await self._writer.send("PATCH", path, body=patch, content_type=MERGE_PATCH)
         except ApiError as exc:
             raise CapiError(f"marking the Machine failed: HTTP {exc.status} {exc.message}") from exc
+        except _TRANSPORT as exc:
+            # The mark may have landed: left there, it would make the next try skip the scale.
+            await self._unmark(path, node)
+            raise CapiError(f"marking the Machine failed: {type(exc).__name__}: {exc}") from exc
 
     async def _unmark(self, path: str, node: str) -> None:
         """Take the mark off again after a failure, so the next attempt is not skipped as done."""
@@ -213,6 +234,12 @@ class ClusterApiActuator:
                     continue
                 raise CapiError(
                     f"scaling {target} down failed: HTTP {exc.status} {exc.message}"
+                ) from exc
+            except _TRANSPORT as exc:
+                raise ScaleUnknown(
+                    f"scaling {target} down got no answer ({type(exc).__name__}: {exc}); the "
+                    "Machine stays marked for deletion, so it is not scaled down again: if the "
+                    f"node is still there later, scale {target} down by hand"
                 ) from exc
             return replicas - 1
         raise CapiError(f"scaling {target} down kept conflicting with other writers")

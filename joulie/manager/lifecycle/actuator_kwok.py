@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import structlog
 
 from joulie.api.keys import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, kwok_node
@@ -57,6 +58,12 @@ class KwokActuator:
             log.warning("deleting the node failed", node=node, status=exc.status, error=str(exc))
             return ActuatorResult(
                 Outcome.FAILED, f"deleting Node {node} failed: HTTP {exc.status} {exc.message}"
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            # Whether it was deleted is unknown; asking again is safe (a deletion is idempotent).
+            log.warning("deleting the node got no answer", node=node, error=repr(exc))
+            return ActuatorResult(
+                Outcome.FAILED, f"deleting Node {node} got no answer: {type(exc).__name__}: {exc}"
             )
         return ActuatorResult(Outcome.DONE, f"Node {node} deleted (KWOK fakes it)")
 
