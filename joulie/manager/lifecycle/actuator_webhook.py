@@ -1,7 +1,7 @@
 """Powering off a node by asking an HTTP service to do it (IPMI, Redfish, a cloud API, a script).
 
 The wire format, for whoever writes the receiving end
----------------------------------------------------------
+-----------------------------------------------------
 
 One ``POST`` to the configured URL per attempt, with a JSON body::
 
