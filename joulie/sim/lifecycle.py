@@ -321,13 +321,13 @@ class NodeLifecycle:
                 drains += [(int(n), derived) for n in members[:room]]
                 found += min(room, members.size)
                 last = float(self.idle_since[node])
-        if room > 0 and drains:
+        if drains and (room > 0 or not self.lazy):
             picked = np.array([n for n, _ in drains], dtype=np.intp)
-            picked = picked[np.lexsort((self._name_rank[picked], self.idle_since[picked]))]
+            if self.lazy:
+                order = np.lexsort((self._name_rank[picked], self.idle_since[picked]))
+                picked = picked[order][:room]
             of = dict(drains)
-            shutdowns += [
-                self._candidate(n, Action.START_DRAIN, of[n]) for n in picked[:room].tolist()
-            ]
+            shutdowns += [self._candidate(n, Action.START_DRAIN, of[n]) for n in picked.tolist()]
         if shutdowns:
             self._admit(shutdowns, t)
 

@@ -21,7 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from joulie.sim.result_io import canonical_float, results_json
-from joulie.sim.results import RunResult, Sample
+from joulie.sim.results import LifecycleResult, RunResult, Sample
 
 MISSING = "-"
 SERIES_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Sample))
@@ -119,18 +119,55 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _lifecycle_cell(
+    value: Callable[[LifecycleResult], float], decimals: int | None = None
+) -> Callable[[Sequence[RunResult], Sequence[RunResult]], str]:
+    """A lifecycle figure folded over the runs that had the lifecycle (``-`` for none);
+    ``decimals`` None: a count."""
+
+    def cell(runs: Sequence[RunResult], _a: Sequence[RunResult]) -> str:
+        values = [value(r.lifecycle) for r in runs if r.lifecycle is not None]
+        if not values:
+            return MISSING
+        if decimals is None:
+            return _fold_counts([int(v) for v in values])
+        return fold(values, decimals)
+
+    return cell
+
+
+LIFECYCLE_COLUMNS: tuple[Column, ...] = (
+    ("nodes off", _lifecycle_cell(lambda life: life.mean_nodes_off, 1)),
+    ("off node-h", _lifecycle_cell(lambda life: life.off_node_hours, 0)),
+    ("boots", _lifecycle_cell(lambda life: life.boots)),
+    ("drains", _lifecycle_cell(lambda life: life.drains_started)),
+    ("cancelled", _lifecycle_cell(lambda life: life.drains_cancelled)),
+    ("shutdowns", _lifecycle_cell(lambda life: life.shutdowns)),
+)
+"""Shown when a run had the node lifecycle (``--lifecycle``)."""
+
+
+def _columns(results: Sequence[RunResult]) -> tuple[Column, ...]:
+    if any(r.lifecycle is not None for r in results):
+        return COLUMNS + LIFECYCLE_COLUMNS
+    return COLUMNS
+
+
 def table_rows(results: Iterable[RunResult]) -> list[list[str]]:
     """The table's cells, header first (what ``comparison_table`` aligns)."""
+    results = list(results)
+    columns = _columns(results)
     grouped = groups(results)
-    rows = [["scenario", "baseline", *(name for name, _ in COLUMNS)]]
+    rows = [["scenario", "baseline", *(name for name, _ in columns)]]
     for (scenario, baseline), runs in grouped.items():
         reference = grouped.get((scenario, "A"), [])
-        rows.append([scenario, baseline, *(cell(runs, reference) for _, cell in COLUMNS)])
+        rows.append([scenario, baseline, *(cell(runs, reference) for _, cell in columns)])
     return rows
 
 
 def comparison_table(results: Iterable[RunResult]) -> str:
     """Aligned plain text: labels left, numbers right, a rule under the header."""
+    results = list(results)
     rows = table_rows(results)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 
@@ -148,6 +185,11 @@ def comparison_table(results: Iterable[RunResult]) -> str:
         "mean ± sd over seeds; saving %: facility energy against baseline A (ref), same",
         "scenario and seed, both until the later one finished; makespan -: work unfinished",
     ]
+    if _columns(results) is not COLUMNS:
+        notes += [
+            "nodes off: mean over the run, powered off by the node lifecycle; cancelled: drains",
+            "undone at their re-check (a pending pod could use the node), the rest shut it down",
+        ]
     return "\n".join([line(rows[0]), rule, *body, *notes]) + "\n"
 
 
