@@ -56,10 +56,18 @@ def test_every_object_is_identified_and_namespaced_where_needed() -> None:
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     }
+    # The kubelets' heartbeats live in kube-node-lease: the manager's node lifecycle reads them
+    # there, through a Role and RoleBinding of that namespace.
+    elsewhere = {
+        ("Role", "joulie-manager-node-leases"),
+        ("RoleBinding", "joulie-manager-node-leases"),
+    }
     for o in objects():
         assert o["apiVersion"], o
         assert o["metadata"]["name"], o
-        if o["kind"] not in cluster_scoped:
+        if (o["kind"], o["metadata"]["name"]) in elsewhere:
+            assert o["metadata"].get("namespace") == "kube-node-lease"
+        elif o["kind"] not in cluster_scoped:
             assert o["metadata"].get("namespace") == "joulie-system", o["metadata"]["name"]
 
 

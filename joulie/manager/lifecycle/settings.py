@@ -97,7 +97,9 @@ class LifecycleSettings(EnvSettings):
     """After tainting a node, wait this long before the live re-check."""
 
     lifecycle_max_concurrent_drains: Annotated[int, Field(ge=0)] = 1
+    """Nodes draining at once."""
     lifecycle_max_concurrent_shutdowns: Annotated[int, Field(ge=0)] = 5
+    """Shutdowns in flight at once (requested and not yet done)."""
     lifecycle_budget_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
     """Managed nodes draining or shutting down at once, in percent (rounded up)."""
     lifecycle_min_nodes: Annotated[int, Field(ge=0)] = 0
@@ -109,6 +111,7 @@ class LifecycleSettings(EnvSettings):
     lifecycle_backoff: Duration = 300.0
     """Wait after a failed or refused shutdown of a node; doubles with each failure in a row."""
     lifecycle_max_backoff: Duration = 3600.0
+    """The longest wait LIFECYCLE_BACKOFF doubles up to."""
     lifecycle_stale_after: Duration = 300.0
     """No action while any cache the decisions read has had no contact with the API server for
     this long."""
