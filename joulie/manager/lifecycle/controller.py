@@ -24,8 +24,9 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -33,10 +34,8 @@ from joulie.api import keys
 from joulie.api.lifecycle import Action, Matrix, StateTuple
 from joulie.core.lifecycle import (
     Derived,
-    DrainStep,
     LifecycleConfig,
     derive,
-    drain_step,
     fits_pending,
 )
 from joulie.core.lifecycle_limits import (
@@ -52,9 +51,8 @@ from joulie.kube.projections import LeaseView, SlimNode
 from joulie.kube.writes import NotPermitted
 from joulie.manager.cache import ClusterCache
 from joulie.manager.lifecycle import metrics
-from joulie.manager.lifecycle.actuator import Actuator, Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator import Actuator
 from joulie.manager.lifecycle.facts import (
-    InFlight,
     Phase,
     annotation_time,
     capacity,
@@ -65,6 +63,7 @@ from joulie.manager.lifecycle.facts import (
 )
 from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
 from joulie.manager.lifecycle.report import Decision, Reporter
+from joulie.manager.lifecycle.steps import Steps
 
 log = structlog.get_logger("joulie.lifecycle")
 
@@ -105,13 +104,26 @@ class LifecycleController:
         self._actuator = actuator
         self._reporter = reporter
         self._wall_clock = wall_clock
+        self._steps = (
+            Steps(
+                cache=cache,
+                edits=edits,
+                actuator=actuator,
+                config=config,
+                shutdown_timeout=shutdown_timeout,
+                backoff=backoff,
+                say=self._report,
+            )
+            if edits is not None and actuator is not None
+            else None
+        )
         self._idle_since: dict[str, float] = {}
         """Dry-run only: idle spells kept in memory, since nothing is written."""
         self._wake = asyncio.Event()
 
     @property
     def dry_run(self) -> bool:
-        return self._edits is None or self._actuator is None
+        return self._steps is None
 
     # --- the term -------------------------------------------------------------------------
 
@@ -208,26 +220,43 @@ class LifecycleController:
             if flight.phase is Phase.NONE and not flight.orphaned:
                 continue
             derived, action = derived_of[node.name]
+            if self._steps is None:
+                what = flight.phase.value or "a taint of ours"
+                await self._report(node, derived, action, "dry_run", f"{what}: left as it is", now)
+                continue
             await self._isolated(
-                node, self._continue(node, flight, derived, action, pending, halted, now)
+                node,
+                derived,
+                action,
+                now,
+                self._steps.proceed(node, flight, derived, action, pending, halted, now),
             )
         for verdict in admit(candidates, fleet, self._limits):
             node = by_name[verdict.candidate.name]
             derived, action = derived_of[node.name]
             if not verdict.admitted:
                 await self._report(node, derived, action, "held", verdict.reason, now)
-            elif self.dry_run:
+            elif self._steps is None:
                 await self._report(node, derived, action, "dry_run", derived.reason, now)
             else:
-                await self._isolated(node, self._start(node, derived, action, now))
+                work = self._steps.start(node, derived, action, now)
+                await self._isolated(node, derived, action, now, work)
         self._reporter.forget(set(by_name))
         for name in [n for n in self._idle_since if n not in by_name]:
             del self._idle_since[name]
         metrics.PASS_SECONDS.observe(time.perf_counter() - started)
 
-    async def _isolated(self, node: SlimNode, work: object) -> None:
-        """One node's writes and actuator call; a failure is reported and the pass goes on."""
-        assert asyncio.iscoroutine(work)
+    async def _isolated(
+        self,
+        node: SlimNode,
+        derived: Derived,
+        action: Action,
+        now: float,
+        work: Coroutine[Any, Any, None],
+    ) -> None:
+        """One node's writes and actuator call. A failure (a refused patch, a timeout) is
+        logged, counted and reported as an Event once; the next pass tries that node again, and
+        the other nodes go on now."""
         try:
             await work
         except (NotPermitted, asyncio.CancelledError):
@@ -235,7 +264,10 @@ class LifecycleController:
         except NodeGone:
             pass
         except Exception as exc:
+            metrics.NODE_ERRORS.inc()
             log.warning("lifecycle step failed for a node", node=node.name, error=repr(exc))
+            detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+            await self._report(node, derived, action, "failed", detail, now)
 
     async def _derive(self, node: SlimNode, now: float) -> Derived:
         """The node's tuple; the idle spell's start is kept in the node's annotation (in memory
@@ -290,184 +322,3 @@ class LifecycleController:
             raise
         except Exception as exc:
             log.warning("lifecycle condition not written", node=node.name, error=repr(exc))
-
-    # --- starting -------------------------------------------------------------------------
-
-    async def _start(self, node: SlimNode, derived: Derived, action: Action, now: float) -> None:
-        assert self._edits is not None
-        if action is Action.START_DRAIN:
-            await self._edits.begin(node.name, Phase.DRAINING, now)
-            await self._report(node, derived, action, "started", "drain started", now)
-            return
-        await self._edits.begin(node.name, Phase.SHUTTING_DOWN, now)
-        await self._report(node, derived, action, "started", "shutdown started", now)
-        await self._actuate(node, derived, action, now, since=now)
-
-    # --- what is in flight ----------------------------------------------------------------
-
-    async def _continue(
-        self,
-        node: SlimNode,
-        flight: InFlight,
-        derived: Derived,
-        action: Action,
-        pending: list[tuple[int, int]],
-        halted: str | None,
-        now: float,
-    ) -> None:
-        if self.dry_run:
-            await self._report(
-                node,
-                derived,
-                action,
-                "dry_run",
-                f"{flight.phase or 'orphaned taint'} in flight; left as it is",
-                now,
-            )
-            return
-        assert self._edits is not None
-        if flight.orphaned:
-            await self._edits.roll_back(node.name)
-            await self._report(
-                node,
-                derived,
-                action,
-                "rolled_back",
-                "a taint or cordon of ours without a phase",
-                now,
-            )
-            return
-        since = flight.since if flight.since is not None else now
-        if flight.phase is Phase.DRAINING:
-            live = await self._edits.live_workload_pods(node.name)
-            nominated = [
-                p.key
-                for p in self._cache.workload_pods(node.name)
-                if p.nominated_node == node.name and p.node_name != node.name
-            ]
-            step, why = drain_step(
-                since,
-                now,
-                self._config,
-                live_workload_pods=live + nominated,
-                demand_fits=fits_pending(*capacity(node), pending),
-                fresh_action=action,
-            )
-            if halted is not None and step is not DrainStep.CANCEL:
-                step, why = DrainStep.CANCEL, halted
-            if step is DrainStep.WAIT:
-                await self._report(
-                    node, derived, Action.START_DRAIN, "waiting", "drain settling", now
-                )
-            elif step is DrainStep.CANCEL:
-                await self._edits.roll_back(node.name)
-                await self._report(node, derived, Action.START_DRAIN, "cancelled", why, now)
-            else:
-                await self._edits.mark(node.name, Phase.SHUTTING_DOWN, now)
-                await self._actuate(node, derived, Action.START_DRAIN, now, since=now)
-            return
-        if flight.phase is Phase.SHUTTING_DOWN:
-            if not node.ready:
-                await self._edits.mark(node.name, Phase.OFF, now)
-                await self._report(node, derived, action, "off", "NotReady after its shutdown", now)
-                return
-            if now - since < self._shutdown_timeout:
-                await self._report(
-                    node, derived, action, "waiting", "shutdown requested, waiting for it", now
-                )
-                return
-            if halted is not None:
-                await self._report(node, derived, action, "held", halted, now)
-                return
-            await self._edits.mark(node.name, Phase.SHUTTING_DOWN, now)
-            await self._actuate(node, derived, action, now, since=now)
-            return
-        if flight.phase is Phase.OFF and node.ready:
-            # Powered on again by someone: it serves again, and its idle spell starts afresh.
-            await self._edits.roll_back(node.name)
-            await self._report(
-                node, derived, action, "rolled_back", "Ready again after being powered off", now
-            )
-
-    async def _actuate(
-        self, node: SlimNode, derived: Derived, action: Action, now: float, *, since: float
-    ) -> None:
-        """The last live check, then the actuator; a refusal or failure undoes the taint and the
-        cordon and backs the node off."""
-        assert self._edits is not None
-        assert self._actuator is not None
-        flight = in_flight(node)
-        live = await self._edits.live_workload_pods(node.name)
-        if live:
-            await self._fail(
-                node,
-                derived,
-                action,
-                flight,
-                now,
-                "refused",
-                f"workload pods on it: {', '.join(live[:3])}",
-                None,
-            )
-            return
-        request = ShutdownRequest(
-            node=node.name,
-            uid=node.uid,
-            provider_id=node.provider_id,
-            action=action,
-            tuple=derived.tuple,
-            reason=derived.reason,
-            idempotency_key=f"{node.uid}/{format_time(since)}",
-            annotations=node.annotations,
-            labels=node.labels,
-        )
-        started = time.perf_counter()
-        result = await self._actuator.shutdown(request)
-        metrics.ACTUATOR_SECONDS.labels(self._actuator.name, result.outcome.value).observe(
-            time.perf_counter() - started
-        )
-        if result.outcome is Outcome.FAILED:
-            await self._fail(
-                node, derived, action, flight, now, "failed", result.message, result.retry_after_s
-            )
-            return
-        if result.outcome is Outcome.DONE:
-            with contextlib.suppress(NodeGone):
-                await self._edits.mark(node.name, Phase.OFF, now)
-            if flight.failures:
-                await self._clear_failures(node)
-            await self._report(node, derived, action, "shut_down", result.message, now)
-            return
-        await self._report(node, derived, action, "accepted", result.message, now)
-
-    async def _clear_failures(self, node: SlimNode) -> None:
-        assert self._edits is not None
-        with contextlib.suppress(NodeGone):
-            await self._edits.annotate(
-                node.name,
-                {
-                    keys.LIFECYCLE_FAILURES_ANNOTATION: None,
-                    keys.LIFECYCLE_RETRY_AFTER_ANNOTATION: None,
-                },
-                node.annotations,
-            )
-
-    async def _fail(
-        self,
-        node: SlimNode,
-        derived: Derived,
-        action: Action,
-        flight: InFlight,
-        now: float,
-        outcome: str,
-        why: str,
-        asked_wait: float | None,
-    ) -> None:
-        assert self._edits is not None
-        failures = flight.failures + 1
-        base, cap = self._backoff
-        wait = min(cap, base * 2 ** (failures - 1))
-        if asked_wait is not None:
-            wait = max(wait, min(cap, asked_wait))
-        await self._edits.roll_back(node.name, retry_after=now + wait, failures=failures)
-        await self._report(node, derived, action, outcome, f"{why}; next try in {wait:.0f} s", now)

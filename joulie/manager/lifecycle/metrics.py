@@ -30,6 +30,10 @@ OUTCOMES = Counter(
     "refused (a workload pod found live), accepted, shut_down, failed, rolled_back, dry_run",
     ["action", "outcome"],
 )
+NODE_ERRORS = Counter(
+    "joulie_lifecycle_node_errors_total",
+    "Lifecycle steps of one node that failed (a refused patch, a timeout); retried next pass",
+)
 IN_FLIGHT = Gauge(
     "joulie_lifecycle_in_flight_nodes", "Nodes the lifecycle has in each phase", ["phase"]
 )
