@@ -86,11 +86,13 @@ def _parser() -> argparse.ArgumentParser:
         help="--live: give up when the API server has not answered (or a list has kept "
         "failing) for this long (default 15)",
     )
+    from joulie.lifecycle_cli import add_parser as add_lifecycle
     from joulie.sim.cli_args import add_parser as add_simulate
     from joulie.status.args import add_parser as add_status
 
     add_status(sub)
     add_simulate(sub)
+    add_lifecycle(sub)
     return parser
 
 
@@ -111,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulie.sim.command import run as simulate
 
         return simulate(args)
+    if args.command == "lifecycle":
+        from joulie.lifecycle_cli import run as lifecycle
+
+        return lifecycle(args)
     if args.role is not None:
         return _run_roles(args.role)
     parser.print_help(sys.stderr)
