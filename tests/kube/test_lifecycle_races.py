@@ -120,6 +120,26 @@ def untouched(found: dict[str, Any] | None) -> bool:
     )
 
 
+def node_events(cluster: LocalCluster, name: str) -> dict[str, str]:
+    """Reason -> note of the Events about the Node ``name``."""
+    with cluster.api() as api:
+        answer = api.get(
+            "/apis/events.k8s.io/v1/events",
+            params={"fieldSelector": f"regarding.kind=Node,regarding.name={name}"},
+        )
+        answer.raise_for_status()
+        return {e["reason"]: e.get("note", "") for e in answer.json()["items"]}
+
+
+def lifecycle_condition(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
+    with cluster.api() as api:
+        answer = api.get(f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}/{name}")
+        if answer.status_code == 404:
+            return None
+        conditions = (answer.json().get("status") or {}).get("conditions") or ()
+        return next((c for c in conditions if c["type"] == keys.LIFECYCLE_CONDITION), None)
+
+
 def bind_pod(cluster: LocalCluster, namespace: str, node_name: str) -> str:
     """A workload pod put straight on the node (as a bind racing the taint would)."""
     name = f"work-{uuid.uuid4().hex[:6]}"
@@ -159,6 +179,20 @@ async def test_a_pod_bound_after_the_taint_cancels_the_drain(
         assert drained["spec"]["unschedulable"]
         bind_pod(cluster, namespace, name)
         await eventually(lambda: untouched(node(cluster, name)), 30, "the drain to be undone")
+        # Said where an operator looks: an Event on the Node and the NodeTwin's condition.
+        reasons = await eventually(
+            lambda: (
+                {"LifecycleStarted", "LifecycleCancelled"} <= set(node_events(cluster, name))
+                and node_events(cluster, name)
+            ),
+            30,
+            "the drain's Events",
+        )
+        assert "a workload pod landed" in reasons["LifecycleCancelled"]
+        condition = await eventually(
+            lambda: lifecycle_condition(cluster, name), 30, "the NodeLifecycle condition"
+        )
+        assert condition["reason"] in ("Cancelled", "NoAction"), condition
         # It stays up and untouched while the pod is there.
         await asyncio.sleep(2)
         assert untouched(node(cluster, name))
@@ -266,3 +300,32 @@ async def test_a_busy_node_is_never_shut_down(
             role.lifecycle.poke()
             await asyncio.sleep(0.5)
         assert untouched(node(cluster, busy))
+
+
+async def test_dry_run_decides_and_reports_but_changes_nothing(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "dry-run", 1)
+    before = node(cluster, name)
+    assert before is not None
+    env = lifecycle_env("dry-run")
+    del env["LIFECYCLE_MODE"], env["LIFECYCLE_ACTUATOR"]  # the default mode is dry-run
+    async with manager(cluster, env) as role:
+        assert role.lifecycle is not None
+        assert role.lifecycle.dry_run
+        reasons = await eventually(
+            lambda: "LifecycleDryRun" in node_events(cluster, name) and node_events(cluster, name),
+            30,
+            "the dry-run's Event",
+        )
+        note = reasons["LifecycleDryRun"]
+        assert "(idle, open, boot exceeded, idle exceeded) -> START_DRAIN" in note, note
+        for _ in range(4):
+            role.lifecycle.poke()
+            await asyncio.sleep(0.5)
+    after = node(cluster, name)
+    assert after is not None
+    assert untouched(after)
+    kept = before["metadata"].get("annotations") or {}
+    assert (after["metadata"].get("annotations") or {}) == kept  # not even the idle spell
