@@ -33,6 +33,7 @@ __all__ = [
     "StateTuple",
     "Window",
     "WorkerState",
+    "all_tuples",
     "default_matrix",
     "load_matrix",
     "matrix_from_document",

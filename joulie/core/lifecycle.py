@@ -48,6 +48,7 @@ __all__ = [
     "LifecycleConfig",
     "NodeFacts",
     "billing_window",
+    "decide",
     "derive",
     "drain_step",
     "fits_pending",
