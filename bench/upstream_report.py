@@ -2,11 +2,13 @@
 comparison with the savings upstream published (docs/simulator-report.md).
 
     python -m bench.upstream_report [--hours 60] [--seeds 1] [--workers 2] [--output DIR]
+                                    [--inventories exp02-5k] [--lifecycle]
 
 The policy parameters are upstream's where its experiment configurations give them (static
 fraction per experiment, queue-aware base and limits for exp01, the GPU eco cap); everything
 else is the manager's default, and the workload is the generator's default mix at its default
-load, not upstream's trace.
+load, not upstream's trace. ``--lifecycle`` adds each baseline again with the node lifecycle
+(``+L``, its default settings), to measure what powering idle nodes off saves and costs.
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ EXPERIMENTS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def specs(hours: float, seeds: list[int]) -> list[RunSpec]:
+def specs(
+    hours: float,
+    seeds: list[int],
+    inventories: list[str] | None = None,
+    lifecycle: bool = False,
+) -> list[RunSpec]:
     return [
         RunSpec(
             scenario=inventory,
@@ -50,10 +57,12 @@ def specs(hours: float, seeds: list[int]) -> list[RunSpec]:
             seed=seed,
             hours=hours,
             params=EXPERIMENTS[inventory].get(baseline, {}),
+            lifecycle=life,
         )
-        for inventory in EXPERIMENTS
+        for inventory in inventories or EXPERIMENTS
         for seed in seeds
         for baseline in BASELINES
+        for life in ((False, True) if lifecycle else (False,))
     ]
 
 
@@ -63,8 +72,20 @@ def main() -> None:
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--inventories",
+        help=f"comma list of {', '.join(EXPERIMENTS)} (default all three)",
+    )
+    parser.add_argument(
+        "--lifecycle", action="store_true", help="each baseline also with the node lifecycle"
+    )
     args = parser.parse_args()
-    runs = specs(args.hours, [int(s) for s in args.seeds.split(",")])
+    inventories = args.inventories.split(",") if args.inventories else None
+    unknown = sorted(set(inventories or ()) - set(EXPERIMENTS))
+    if unknown:
+        parser.error(f"--inventories: unknown {', '.join(unknown)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs = specs(args.hours, seeds, inventories, args.lifecycle)
 
     def progress(fraction: float) -> None:
         print(f"{fraction:.0%} of {len(runs)} runs", file=sys.stderr, flush=True)

@@ -64,10 +64,14 @@ def add_parser(sub: Any) -> None:
     )
     simulate.add_argument(
         "--lifecycle",
-        action="store_true",
-        help="also run the node lifecycle: idle nodes drained and powered off, booted again "
-        "for pending work (baselines labelled +L; knobs: --param lifecycle_idle_grace_s=600, "
-        "lifecycle_boot_delay_s=300, lifecycle_min_nodes=0, ...)",
+        nargs="?",
+        const="on",
+        default="off",
+        choices=("on", "off", "both"),
+        help="run the node lifecycle too: idle nodes drained and powered off, booted again "
+        "for pending work (baselines labelled +L); 'both' runs each baseline with and without "
+        "it (knobs: --param lifecycle_idle_grace_s=600, lifecycle_boot_delay_s=300, "
+        "lifecycle_min_nodes=0, ...)",
     )
     simulate.add_argument(
         "--gen",

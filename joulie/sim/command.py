@@ -69,6 +69,9 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
     seeds = _list(args.seeds, "--seeds", int)
     generator = _pairs(args.gen, "--gen")
     params = _pairs(args.param, "--param")
+    lifecycles = {"off": [False], "on": [True], "both": [False, True]}[args.lifecycle]
+    # With both, the lifecycle's knobs are for the runs that have it.
+    plain = {k: v for k, v in params.items() if not k.startswith("lifecycle_")}
     try:
         return [
             RunSpec(
@@ -81,11 +84,12 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
                 hours=args.hours,
                 limit_hours=args.limit_hours,
                 governors=args.governors,
-                lifecycle=args.lifecycle,
-                params=params,
+                lifecycle=lifecycle,
+                params=params if lifecycle or args.lifecycle == "off" else plain,
             )
             for seed in seeds
             for baseline in baselines
+            for lifecycle in lifecycles
         ]
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]

@@ -13,11 +13,13 @@ A sweep file (YAML or JSON) names one value or a list for each dimension::
     generator: {...}             # passed through as is (never expanded)
     params: {static_hp_frac: [0.3, 0.5], guard_max_step: 2}
     governors: [false, true]
+    lifecycle: [false, true]     # the node lifecycle (baselines labelled +L)
 
 The order of the expansion is fixed (inventory, then params in key order, then governors,
-baseline, seed; seeds innermost so a scenario's seeds sit together), so index ``i`` of a file
-always means the same run: that is what lets an Indexed Job's pods and a later ``collect`` agree
-without talking to each other.
+lifecycle, baseline, seed; seeds innermost so a scenario's seeds sit together), so index ``i``
+of a file always means the same run: that is what lets an Indexed Job's pods and a later
+``collect`` agree without talking to each other. A file without ``lifecycle`` expands as it did
+before the key existed.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ sweep's whole life is importable from here."""
 Runner = Callable[[RunSpec], RunResult]
 KEYS = {
     "scenario", "inventories", "baselines", "seeds", "hours", "limit_hours",
-    "trace", "generator", "params", "governors",
+    "trace", "generator", "params", "governors", "lifecycle",
 }  # fmt: skip
 
 
@@ -154,6 +156,7 @@ def expand(sweep: Mapping[str, Any]) -> list[RunSpec]:
     inventories = _values(sweep, "inventories", ["default"])
     baselines, seeds = _values(sweep, "baselines", list(BASELINES)), _values(sweep, "seeds", [1])
     governors = _values(sweep, "governors", [False])
+    lifecycles = _values(sweep, "lifecycle", [False])
     _check_baselines(baselines)
     _check_seeds(seeds)
     points = _param_points(sweep)
@@ -163,10 +166,10 @@ def expand(sweep: Mapping[str, Any]) -> list[RunSpec]:
     base = str(sweep.get("scenario", "default"))
     fixed = {k: sweep[k] for k in ("hours", "limit_hours", "trace", "generator") if k in sweep}
     specs = []
-    for inventory, point, gov, baseline, seed in itertools.product(
-        inventories, points, governors, baselines, seeds
+    for inventory, point, gov, life, baseline, seed in itertools.product(
+        inventories, points, governors, lifecycles, baselines, seeds
     ):
-        fields = dict(fixed, inventory=inventory, params=point, governors=gov)
+        fields = dict(fixed, inventory=inventory, params=point, governors=gov, lifecycle=life)
         fields.update(baseline=baseline, seed=seed)
         fields["scenario"] = _label(base, str(inventory), point, bool(gov), varied)
         try:

@@ -219,9 +219,13 @@ def test_the_cli_switch_labels_the_baselines_and_the_table_shows_the_lifecycle(
     assert cli(argv) == 0
     plain = capsys.readouterr().out
     assert "nodes off" not in plain
-    assert cli([*argv, "--lifecycle", "--param", "lifecycle_min_nodes=5"]) == 0
+    assert cli([*argv, "--lifecycle", "both", "--param", "lifecycle_min_nodes=5"]) == 0
     table = capsys.readouterr().out
-    assert "A+L" in table
+    rows = {line.split()[1]: line for line in table.splitlines()[2:4]}
+    assert set(rows) == {"A", "A+L"}
+    # The run without it is the run of the plain command, and shows - in the new columns.
+    cells = plain.splitlines()[2].split()
+    assert rows["A"].split() == [*cells, *["-"] * 6]
     assert "nodes off" in table
     assert "shutdowns" in table
 

@@ -73,6 +73,14 @@ def test_grid_expands_to_the_cartesian_product_in_a_fixed_order() -> None:
     assert expand(GRID) == specs  # index i always means the same run
 
 
+def test_the_lifecycle_dimension_doubles_each_baseline_without_moving_the_old_indexes() -> None:
+    specs = expand({**GRID, "lifecycle": [False, True]})
+    assert len(specs) == 2 * len(expand(GRID))
+    assert [s.lifecycle for s in specs[:6]] == [False] * 3 + [False] * 3  # A then B, seeds 1-3
+    assert [s.lifecycle for s in specs[6:12]] == [True] * 6
+    assert [s for s in specs if not s.lifecycle] == expand(GRID)
+
+
 def test_scenario_label_names_only_the_dimensions_that_vary() -> None:
     labels = sorted({s.scenario for s in expand(GRID)})
     assert labels[0] == "night-exp01-static_hp_frac=0.3-governors"
