@@ -4,7 +4,8 @@ fast each workload progresses, and the energy used.
 Power is piecewise constant: a node's draw changes only when its pods or its controls change,
 and then it jumps to the power model's steady state (control and telemetry lags are seconds, the
 engine's events minutes apart). So energy is integrated exactly, as sums of power x time, and a
-run's figures depend only on the sequence of events, never on the host.
+run's figures depend only on the sequence of events, never on the host. A node the lifecycle
+powered off draws nothing until it is powered on again.
 
 A workload's speed is that of its slowest pod (a gang runs in lock step); a pod's speed follows
 from the clocks of its node as the power model solves them under the node's caps and presets:

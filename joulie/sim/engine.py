@@ -13,6 +13,10 @@ that could make them fit. A workload that does not fit may preempt lower-priorit
 
 Baseline A runs the same trace without Joulie: no manager, no caps, no extender, and pods'
 workload classes mean nothing to the scheduler.
+
+With the node lifecycle (``Scenario.lifecycle``, any baseline) the loop also wakes for its
+passes, drain re-checks and boot ends (``joulie.sim.lifecycle``), before the scheduling pass;
+its provisioner runs after the pass, on what is left pending. Without it nothing of this runs.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ controllers:
   forgotten. The manager of B and C keeps planning it (its NodeTwin stays).
 * Demand returning: after the scheduling pass of each lifecycle pass, a provisioner boots off
   nodes for the pending workloads that no serving node could take, in the queue's order. Their
-  pods are packed first onto the nodes already booting (or chosen in this pass), then onto the
-  off node with the lowest idle draw that fits them (resources, GPU kind, the extender's filter
-  for performance pods). So it boots what the demand needs, never the whole fleet. A gang is
-  planned for all its pods, without counting the free room of serving nodes (a possible
-  overshoot of at most the gang's size).
+  pods are packed first onto the nodes already booting or draining (a pod that fits cancels
+  a drain) or chosen in this pass, then onto the off node with the lowest idle draw that fits
+  them (resources, GPU kind, the extender's filter for performance pods). So it boots what the
+  demand needs, never the whole fleet. A gang is planned for all its pods, without counting
+  the free room of serving nodes (a possible overshoot of at most the gang's size).
 * A booting node draws its idle power for ``boot_delay_s`` (300 s by default: a cloud VM, or a
   server with a quick firmware), then is Ready and schedulable, launched at the boot's start.
 
@@ -369,7 +369,10 @@ class NodeLifecycle:
         if off.size == 0 or not len(self.queue):
             return
         fleet, cluster, scheduler = self.fleet, self.cluster, self.scheduler
-        nodes = np.concatenate((np.array(sorted(self.boots), dtype=np.intp), off))
+        # Nodes booting, and nodes draining (a pending pod that fits cancels their drain), come
+        # first: they are counted as room before any off node is chosen.
+        coming = np.flatnonzero((self.phase == BOOTING) | (self.phase == DRAINING))
+        nodes = np.concatenate((coming, off))
         used = (cluster.used_cpu, cluster.used_memory, cluster.used_gpus)
         waiting = self.queue.waiting_for(nodes, fleet, used, scheduler.kept_off)
         if not waiting:
@@ -378,9 +381,8 @@ class NodeLifecycle:
         memory = fleet.memory_bytes[nodes].copy()
         gpus = fleet.gpus[nodes].copy()
         idle_w = np.array([cluster.steady[int(n)].node_w for n in nodes])
-        booting = len(self.boots)
         chosen = np.zeros(nodes.size, dtype=np.bool_)
-        chosen[:booting] = True
+        chosen[: coming.size] = True
         spare = off.size
         for index in waiting:
             w = self.jobs[index].workload
@@ -408,5 +410,5 @@ class NodeLifecycle:
                 gpus[k] -= asked
             if spare == 0:
                 break
-        for node in off[chosen[booting:]]:
+        for node in off[chosen[coming.size :]]:
             self._boot(int(node), t)
