@@ -86,7 +86,6 @@ _LIFECYCLE_CONFIG_PARAMS = {
 _LIFECYCLE_LIMIT_PARAMS = {
     "lifecycle_min_nodes": ("min_nodes", int),
     "lifecycle_max_concurrent_drains": ("max_concurrent_drains", int),
-    "lifecycle_max_concurrent_shutdowns": ("max_concurrent_shutdowns", int),
     "lifecycle_budget_pct": ("budget_pct", float),
 }
 _LIFECYCLE_PARAMS = {
@@ -96,7 +95,9 @@ _LIFECYCLE_PARAMS = {
     "lifecycle_interval_s": float,
 }
 """The node lifecycle's knobs (with ``lifecycle``): the LIFECYCLE_* settings' defaults unless
-given; the boot delay is the simulator's own (``joulie.sim.lifecycle``)."""
+given; the boot delay and the pass interval are the simulator's own (``joulie.sim.lifecycle``).
+There is no knob for concurrent shutdowns: a shutdown is instant here, and a healthy node never
+calls for one outright."""
 PARAMS: Mapping[str, Callable[[Any], Any]] = {
     **_POLICY_PARAMS,
     **_INTENT_PARAMS,
