@@ -2,7 +2,7 @@
 with the cluster.
 
     python -m bench.simulate [--hours 60] [--baselines A,B,C] [--scale-hours 24]
-                             [--scale-nodes 1000,5000,20000] [--json FILE]
+                             [--scale-nodes 1000,5000,20000] [--json FILE] [--lifecycle]
 
 The inventory is upstream's exp02 (5,000 nodes, 8 hardware families) with 60 simulated hours of
 generated arrivals. The budget figure stops each run at 60 simulated hours, as upstream's
@@ -11,6 +11,7 @@ second set runs the same workload until every workload finished (the engine's no
 which simulates nearly twice as long). Each run happens in a fresh process
 (``python -m bench.simulate --one SPEC``), so its peak RSS is its own and nothing is warm from
 the run before. The scaling runs multiply or divide every node group of that inventory.
+``--lifecycle`` times every run with the node lifecycle on (what it costs in wall time).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _one(spec_json: str) -> None:
     print(
         json.dumps(
             {
-                "baseline": spec.baseline,
+                "baseline": spec.baseline + ("+L" if spec.lifecycle else ""),
                 "nodes": result.nodes,
                 "workloads": result.workloads,
                 "simulated_h": round(result.simulated_s / 3600, 1),
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--scale-nodes", default="1000,5000,20000")
     parser.add_argument("--scale-baseline", default="B")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--lifecycle", action="store_true", help="runs with the node lifecycle")
     args = parser.parse_args()
     if args.one:
         _one(args.one)
@@ -117,6 +119,7 @@ def main() -> None:
                 baseline=baseline,
                 hours=args.hours,
                 limit_hours=limit,
+                lifecycle=args.lifecycle,
             )
             main_rows.append({"until": "limit" if limit else "done", **measure(spec)})
     print(
@@ -139,6 +142,7 @@ def main() -> None:
                 inventory=scaled_inventory(nodes, Path(tmp)),
                 baseline=args.scale_baseline,
                 hours=args.scale_hours,
+                lifecycle=args.lifecycle,
             )
             scale_rows.append(measure(spec))
     print()
