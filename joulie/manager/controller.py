@@ -169,7 +169,7 @@ class Controller:
                 if job is not None:
                     yield self._isolated(node, job)
 
-        for event in await _drain(jobs(), WRITE_CONCURRENCY):
+        for event in await run_bounded(jobs(), WRITE_CONCURRENCY):
             if event is not None:
                 transitions[event] += 1
         planned_names = set(names)
@@ -271,7 +271,7 @@ class Controller:
             queue.forget(NODE_KEY_PREFIX + name)
 
 
-async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
+async def run_bounded(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
     """Await ``jobs`` with at most ``concurrency`` in flight, taking the next one only when a slot
     is free. A job that needs no I/O finishes without yielding, so a reconcile with nothing to
     write costs no more than a plain loop; one that writes thousands of nodes overlaps them."""
@@ -297,4 +297,4 @@ async def _drain(jobs: Iterator[Awaitable[_T]], concurrency: int) -> list[_T]:
 
 
 async def _drain_all(jobs: Iterator[Awaitable[Any]]) -> list[Any]:
-    return await _drain(jobs, WRITE_CONCURRENCY)
+    return await run_bounded(jobs, WRITE_CONCURRENCY)

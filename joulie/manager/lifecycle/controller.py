@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,6 +50,7 @@ from joulie.kube.informer import Informer
 from joulie.kube.projections import LeaseView, SlimNode
 from joulie.kube.writes import NotPermitted
 from joulie.manager.cache import ClusterCache
+from joulie.manager.controller import WRITE_CONCURRENCY, run_bounded
 from joulie.manager.lifecycle import metrics
 from joulie.manager.lifecycle.actuator import Actuator
 from joulie.manager.lifecycle.facts import (
@@ -186,8 +187,12 @@ class LifecycleController:
         tuples: Counter[tuple[StateTuple, Action]] = Counter()
         candidates: list[Candidate] = []
         derived_of: dict[str, tuple[Derived, Action]] = {}
+        quiet: list[Awaitable[None]] = []
+        """Writes of nodes with nothing in flight (idle spells, reports), sent side by side."""
         for node in nodes:
-            derived = await self._derive(node, now)
+            derived, record = self._derive(node, now)
+            if record is not None:
+                quiet.append(record)
             action = self._matrix.action(derived.tuple)
             derived_of[node.name] = (derived, action)
             tuples[(derived.tuple, action)] += 1
@@ -195,7 +200,7 @@ class LifecycleController:
             if flight.phase is not Phase.NONE or flight.orphaned:
                 continue
             if action is Action.NONE:
-                await self._report(node, derived, action, "none", derived.reason, now)
+                quiet.append(self._report(node, derived, action, "none", derived.reason, now))
                 continue
             why = left_alone(
                 node.annotations, node.labels, node.taints, node.deleting, flight.retry_after, now
@@ -207,11 +212,12 @@ class LifecycleController:
             ):
                 why = "pending pods could use the node"
             if why is not None:
-                await self._report(node, derived, action, "held", why, now)
+                quiet.append(self._report(node, derived, action, "held", why, now))
                 continue
             candidates.append(
                 Candidate(node.name, action, derived.tuple, derived.reason, derived.idle_since)
             )
+        await run_bounded(iter(quiet), WRITE_CONCURRENCY)
         metrics.record_tuples(tuples)
 
         by_name = {n.name: n for n in nodes}
@@ -269,9 +275,9 @@ class LifecycleController:
             detail = f"{type(exc).__name__}: {str(exc)[:200]}"
             await self._report(node, derived, action, "failed", detail, now)
 
-    async def _derive(self, node: SlimNode, now: float) -> Derived:
-        """The node's tuple; the idle spell's start is kept in the node's annotation (in memory
-        in dry-run), written only when it changes."""
+    def _derive(self, node: SlimNode, now: float) -> tuple[Derived, Awaitable[None] | None]:
+        """The node's tuple, and the write that keeps its idle spell's start when that changed
+        (in the node's annotation; in memory in dry-run, at once)."""
         stored = self._stored_idle_since(node)
         derived = derive(
             node_facts(
@@ -283,23 +289,26 @@ class LifecycleController:
             now,
             self._config,
         )
-        if derived.idle_since != stored:
-            if self._edits is None:
-                if derived.idle_since is None:
-                    self._idle_since.pop(node.name, None)
-                else:
-                    self._idle_since[node.name] = derived.idle_since
+        if derived.idle_since == stored:
+            return derived, None
+        if self._edits is None or self._steps is None:
+            if derived.idle_since is None:
+                self._idle_since.pop(node.name, None)
             else:
-                value = None if derived.idle_since is None else format_time(derived.idle_since)
-                try:
-                    await self._edits.annotate(
-                        node.name, {keys.IDLE_SINCE_ANNOTATION: value}, node.annotations
-                    )
-                except NotPermitted:
-                    raise
-                except Exception as exc:
-                    log.warning("idle-since not recorded", node=node.name, error=repr(exc))
-        return derived
+                self._idle_since[node.name] = derived.idle_since
+            return derived, None
+        return derived, self._record_idle_since(self._edits, node, derived.idle_since)
+
+    async def _record_idle_since(
+        self, edits: NodeEdits, node: SlimNode, since: float | None
+    ) -> None:
+        value = None if since is None else format_time(since)
+        try:
+            await edits.annotate(node.name, {keys.IDLE_SINCE_ANNOTATION: value}, node.annotations)
+        except NotPermitted:
+            raise
+        except Exception as exc:
+            log.warning("idle-since not recorded", node=node.name, error=repr(exc))
 
     def _stored_idle_since(self, node: SlimNode) -> float | None:
         if self.dry_run:

@@ -81,9 +81,12 @@ class Reporter:
     async def report(
         self, node: SlimNode, decision: Decision, twin: OwnedObject | None, now: float
     ) -> None:
-        changed = self._last.get(node.name) != decision
+        last = self._last.get(node.name)
         self._last[node.name] = decision
-        if changed:
+        # A node the matrix leaves alone, and that was not being acted on, is not news: at
+        # start-up that is most nodes.
+        quiet = decision.outcome == "none" and (last is None or last.outcome == "none")
+        if last != decision and not quiet:
             if decision.outcome != "none":
                 metrics.outcome(decision.action, decision.outcome)
             log.info(
@@ -104,11 +107,13 @@ class Reporter:
                     decision.message(),
                 )
         if twin is not None and not self._dry_run:
-            await self._condition(node.name, decision, twin, now)
+            await self._condition(node.name, decision, twin, now, create=not quiet)
 
     async def _condition(
-        self, name: str, decision: Decision, twin: OwnedObject, now: float
+        self, name: str, decision: Decision, twin: OwnedObject, now: float, *, create: bool
     ) -> None:
+        """Bring the condition up to date; a node never acted on gets none (``create`` False),
+        so a quiet cluster costs no write per node."""
         status = "True" if decision.outcome not in ("none",) else "False"
         stored = next(
             (
@@ -124,6 +129,8 @@ class Reporter:
             "reason": decision.reason,
             "message": decision.message(),
         }
+        if stored is None and not create:
+            return
         if stored is not None and all(stored.get(k) == v for k, v in wanted.items()):
             return
         if (
