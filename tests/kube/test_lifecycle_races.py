@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
@@ -334,3 +335,24 @@ async def test_dry_run_decides_and_reports_but_changes_nothing(
     assert untouched(after)
     kept = before["metadata"].get("annotations") or {}
     assert (after["metadata"].get("annotations") or {}) == kept  # not even the idle spell
+
+
+async def test_no_action_on_a_stale_cache(
+    cluster: LocalCluster, kwok_delete_granted: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass acts only on caches recently confirmed current by the API server; with a bound of
+    1 ms, no watch is ever that fresh, so the idle node is left alone and the passes say so."""
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "stale", 1)
+    skipped = REGISTRY.get_sample_value("joulie_lifecycle_skipped_passes_total") or 0.0
+    async with manager(cluster, lifecycle_env("stale", LIFECYCLE_STALE_AFTER="1ms")) as role:
+        assert role.lifecycle is not None
+        await eventually(
+            lambda: (
+                (REGISTRY.get_sample_value("joulie_lifecycle_skipped_passes_total") or 0)
+                >= skipped + 6
+            ),
+            30,
+            "six skipped passes",
+        )
+    assert untouched(node(cluster, name))
