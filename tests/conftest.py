@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hack.cluster.runner import LocalCluster, binaries_built
+from tests.support.power_receiver import receiver  # noqa: F401 - a fixture for every tier
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -4,22 +4,17 @@ injected sleep so that backoff costs no time."""
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import pytest
-import pytest_asyncio
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from joulie.api.lifecycle import Action, BootGrace, IdleGrace, StateTuple, Window, WorkerState
 from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
 from joulie.manager.lifecycle.actuator_webhook import WebhookActuator, verify_signature
 from joulie.manager.lifecycle.actuators import build_actuator
+from tests.support.power_receiver import Receiver
 
 pytestmark = pytest.mark.asyncio
 
@@ -35,47 +30,6 @@ REQUEST = ShutdownRequest(
     reason="idle for 15m, the billing window is open",
     idempotency_key="3f1c2b9e-0000-4000-8000-000000000007/2026-01-01T00:00:00Z",
 )
-
-
-@dataclass
-class Received:
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """Answers each request with the next scripted (status, headers, body); the last repeats."""
-
-    script: list[tuple[int, dict[str, str], str]] = field(default_factory=list)
-    received: list[Received] = field(default_factory=list)
-    delay_s: float = 0.0
-    url: str = ""
-
-    def answers(self, *script: tuple[int, dict[str, str], str] | int) -> None:
-        self.script = [s if isinstance(s, tuple) else (s, {}, "") for s in script]
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.received.append(Received(dict(request.headers), await request.read()))
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        index = min(len(self.received), len(self.script)) - 1
-        status, headers, text = self.script[index]
-        return web.Response(status=status, headers=headers, text=text or None)
-
-
-@pytest_asyncio.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    receiver = Receiver()
-    app = web.Application()
-    app.router.add_post("/power-off", receiver.handle)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    receiver.url = f"http://127.0.0.1:{server.port}/power-off"
-    try:
-        yield receiver
-    finally:
-        await server.close()
 
 
 class Sleeps(list[float]):

@@ -107,12 +107,13 @@ class NodeEdits:
 
         return await self._edit(name, edit)
 
-    async def mark(self, name: str, phase: Phase, now: float) -> bool:
-        """Change the phase only (taint and cordon stay as they are)."""
+    async def mark(self, name: str, phase: Phase, now: float, *, restamp: bool = False) -> bool:
+        """Change the phase only (taint and cordon stay as they are); ``restamp`` also starts
+        the same phase again from ``now`` (a shutdown asked for again)."""
 
         def edit(live: Mapping[str, Any]) -> dict[str, Any] | None:
             annotations = live["metadata"].get("annotations") or {}
-            if annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION) == phase.value:
+            if annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION) == phase.value and not restamp:
                 return None
             return {
                 "metadata": {

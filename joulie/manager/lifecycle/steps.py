@@ -115,7 +115,9 @@ class Steps:
                 await self._actuate(node, derived, Action.START_DRAIN, now, since=now)
             return
         if flight.phase is Phase.SHUTTING_DOWN:
-            if not node.ready:
+            # NotReady since the request: the power went. (A node that was down before it is
+            # not proof: it is asked again after the timeout.)
+            if not node.ready and (node.ready_changed_at or 0.0) >= since:
                 await self._edits.mark(node.name, Phase.OFF, now)
                 await self._say(node, derived, action, "off", "NotReady after its shutdown", now)
                 return
@@ -127,7 +129,7 @@ class Steps:
             if halted or opted_out:
                 await self._say(node, derived, action, "held", halted or opted_out or "", now)
                 return
-            await self._edits.mark(node.name, Phase.SHUTTING_DOWN, now)
+            await self._edits.mark(node.name, Phase.SHUTTING_DOWN, now, restamp=True)
             await self._actuate(node, derived, action, now, since=now)
             return
         if flight.phase is Phase.OFF and node.ready and now - since > self._alive_after:
