@@ -80,8 +80,7 @@ async def test_an_accepted_shutdown_is_waited_for_asked_again_and_its_node_marke
         # Asked again after the timeout, not at every pass.
         passes = REGISTRY.get_sample_value("joulie_lifecycle_passes_total") or 0.0
         await eventually(
-            lambda: (REGISTRY.get_sample_value("joulie_lifecycle_passes_total") or 0)
-            >= passes + 3,
+            lambda: (REGISTRY.get_sample_value("joulie_lifecycle_passes_total") or 0) >= passes + 3,
             30,
             "three more passes",
         )
