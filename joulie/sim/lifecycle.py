@@ -20,13 +20,9 @@ controllers:
 * A powered-off node leaves the cluster, as the KWOK and Cluster API actuators delete its Node:
   it is not managed (nor counted NotReady), draws 0 W, takes no pods, and its idle spell is
   forgotten. The manager of B and C keeps planning it (its NodeTwin stays).
-* Demand returning: after the scheduling pass of each lifecycle pass, a provisioner boots off
-  nodes for the pending workloads that no serving node could take, in the queue's order. Their
-  pods are packed first onto the nodes already booting or draining (a pod that fits cancels
-  a drain) or chosen in this pass, then onto the off node with the lowest idle draw that fits
-  them (resources, GPU kind, the extender's filter for performance pods). So it boots what the
-  demand needs, never the whole fleet. A gang is planned for all its pods, without counting
-  the free room of serving nodes (a possible overshoot of at most the gang's size).
+* Demand returning: after the scheduling pass of each lifecycle pass, off nodes are booted for
+  the pending workloads that no serving node could take (``joulie.sim.provisioning``: what they
+  need, never the whole fleet).
 * A booting node draws its idle power for ``boot_delay_s`` (300 s by default: a cloud VM, or a
   server with a quick firmware), then is Ready and schedulable, launched at the boot's start.
 
@@ -60,6 +56,7 @@ from joulie.core.lifecycle_limits import Candidate, FleetCounts, Limits, admit
 from joulie.sim.cluster import Cluster, Job
 from joulie.sim.fleet import Fleet
 from joulie.sim.placement import Scheduler
+from joulie.sim.provisioning import nodes_to_boot
 from joulie.sim.queue import PendingQueue
 from joulie.sim.results import LifecycleResult
 
@@ -363,52 +360,11 @@ class NodeLifecycle:
     # --- demand returning ---------------------------------------------------------------
 
     def provision(self, t: float) -> None:
-        """Boot the off nodes the pending workloads need (see the module docstring)."""
+        """Boot the off nodes the pending workloads need (``joulie.sim.provisioning``)."""
         self.passed = False
         off = np.flatnonzero(self.phase == OFF)
         if off.size == 0 or not len(self.queue):
             return
-        fleet, cluster, scheduler = self.fleet, self.cluster, self.scheduler
-        # Nodes booting, and nodes draining (a pending pod that fits cancels their drain), come
-        # first: they are counted as room before any off node is chosen.
         coming = np.flatnonzero((self.phase == BOOTING) | (self.phase == DRAINING))
-        nodes = np.concatenate((coming, off))
-        used = (cluster.used_cpu, cluster.used_memory, cluster.used_gpus)
-        waiting = self.queue.waiting_for(nodes, fleet, used, scheduler.kept_off)
-        if not waiting:
-            return
-        cpu = fleet.cpu_millis[nodes].copy()
-        memory = fleet.memory_bytes[nodes].copy()
-        gpus = fleet.gpus[nodes].copy()
-        idle_w = np.array([cluster.steady[int(n)].node_w for n in nodes])
-        chosen = np.zeros(nodes.size, dtype=np.bool_)
-        chosen[: coming.size] = True
-        spare = off.size
-        for index in waiting:
-            w = self.jobs[index].workload
-            asked = w.gpus if w.gpu_resource else 0
-            allowed = np.ones(nodes.size, dtype=np.bool_)
-            if asked and w.gpu_resource:
-                allowed &= scheduler.offers(w.gpu_resource)[nodes]
-            if scheduler.table is not None and w.performance:
-                allowed &= ~scheduler.kept_off[nodes]
-            for _ in range(w.pods):
-                ok = allowed & (cpu >= w.cpu_millis) & (memory >= w.memory_bytes)
-                ok &= gpus >= asked
-                hit = np.flatnonzero(ok & chosen)
-                if hit.size:
-                    k = int(hit[0])
-                else:
-                    new = np.flatnonzero(ok & ~chosen)
-                    if new.size == 0:
-                        break
-                    k = int(new[int(np.argmin(idle_w[new]))])
-                    chosen[k] = True
-                    spare -= 1
-                cpu[k] -= w.cpu_millis
-                memory[k] -= w.memory_bytes
-                gpus[k] -= asked
-            if spare == 0:
-                break
-        for node in off[chosen[coming.size :]]:
-            self._boot(int(node), t)
+        for node in nodes_to_boot(off, coming, self.queue, self.jobs, self.cluster, self.scheduler):
+            self._boot(node, t)
