@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from joulie.api.inventory import parse_inventory
@@ -142,6 +143,52 @@ def test_work_arriving_on_a_powered_down_cluster_boots_what_it_needs_and_waits_f
         # The next pass (30 s later) boots, the boot takes its delay, then the pod starts.
         assert wait == pytest.approx(30.0 + DEFAULT_BOOT_DELAY_S)
     assert result.makespan_s == pytest.approx(30.0 + DEFAULT_BOOT_DELAY_S + HOUR)
+
+
+MIXED = parse_inventory(
+    {
+        "nodes": [
+            FOUR_CPU_NODES.nodes[0].model_dump(exclude_none=True) | {"replicas": 2},
+            {
+                "node_name_prefix": "gpu",
+                "replicas": 2,
+                "vendor": "nvidia",
+                "product": "NVIDIA H100 NVL",
+                "cpu": "AMD EPYC 9654 96-Core Processor",
+                "cpu_sockets": 2,
+                "cpu_cores": 192,
+                "memory_gib": 1536,
+                "gpu_count": 8,
+            },
+        ]
+    }
+)
+
+
+def test_a_cpu_job_wakes_a_cpu_node_and_a_gpu_job_a_gpu_node(catalog: Catalog) -> None:
+    small = Workload(id="cpu", submit_s=3 * HOUR, work_s=HOUR, cpu_millis=8000)
+    gpu = Workload(
+        id="gpu",
+        submit_s=5 * HOUR,
+        work_s=HOUR,
+        cpu_millis=8000,
+        gpus=4,
+        gpu_resource="nvidia.com/gpu",
+        cpu_sensitivity=0.1,
+        gpu_sensitivity=0.8,
+    )
+    engine = Engine(replace(scenario(catalog, [small, gpu], LifecycleSettings()), inventory=MIXED))
+    result = engine.simulate()
+    assert result.lifecycle is not None
+    assert result.lifecycle.boots == 2
+    life = engine.lifecycle
+    assert life is not None
+    booted = sorted(
+        engine.fleet.names[int(n)].rstrip("0123456789") for n in np.flatnonzero(life.launched_at)
+    )
+    # The CPU job fits either kind; the CPU node idles on less power.
+    assert booted == ["cpu-", "gpu-"]
+    assert result.completed == 2
 
 
 def test_a_drain_is_cancelled_when_a_pod_that_fits_arrives_during_its_settle(
