@@ -4,6 +4,7 @@ Joulie extender's filter and priorities, over numpy columns of the whole fleet.
 * Filter: a node fits a pod when its free CPU, memory and GPUs of the pod's GPU resource cover
   the requests (NodeResourcesFit); with Joulie on, a performance pod is also kept off the nodes
   the extender refuses (their twin's class, decided by ``joulie.core.scoring.filter_reason``).
+  With the node lifecycle on, a node draining (cordoned), off or booting takes no pod.
 * Score: NodeResourcesFit's least-allocated score plus NodeResourcesBalancedAllocation (0-100
   each, weight 1, kube-scheduler's defaults), plus the extender's 0..10 priority from the score
   table (``joulie.core.score_table``, the table the extender serves) x its weight x 10, as
