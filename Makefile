@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo install binaries prometheus lint typecheck pytest generate crds docs image clean \
 	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-simulate bench-agent-pool bench-agent-daemon \
-	bench-extender
+	bench-extender bench-lifecycle
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
@@ -74,6 +74,10 @@ bench-manager: install binaries
 	$(BIN)/python -m bench.manager
 
 # The twin's CPU cost per reconcile at 5,000 nodes (no cluster needed).
+# One node-lifecycle pass over the benchmark cluster's 5,000 nodes and 100,000 pods (dry-run).
+bench-lifecycle: install binaries
+	$(BIN)/python -m bench.lifecycle
+
 bench-twin: install
 	$(BIN)/python -m bench.twin
 

@@ -68,6 +68,22 @@ def _containers(spec: Mapping[str, Any], key: str) -> Iterable[Mapping[str, Any]
     return spec.get(key) or ()
 
 
+def pod_gpu_resource(pod: Mapping[str, Any]) -> str:
+    """The GPU resource a pod asks for (``nvidia.com/gpu``, a MIG profile ...): the first by name
+    of those its containers request; "" for a pod without GPUs. A pod asking for two kinds at
+    once is rare enough that the first stands for it."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    names: set[str] = set()
+    for key in ("containers", "initContainers"):
+        for container in _containers(spec, key):
+            resources = container.get("resources") or {}
+            for part in ("requests", "limits"):
+                names.update(
+                    n for n in (resources.get(part) or {}) if gpu_resource_kind(n) is not None
+                )
+    return min(names, default="")
+
+
 def pod_gpu_count(pod: Mapping[str, Any]) -> int:
     """GPU units a pod occupies: every GPU resource kind, requests else limits.
 

@@ -28,7 +28,7 @@ The tuple (worker state, billing window, boot grace, idle grace) is derived as f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -43,6 +43,7 @@ from joulie.api.lifecycle import (
 )
 
 __all__ = [
+    "Demand",
     "Derived",
     "DrainStep",
     "LifecycleConfig",
@@ -210,8 +211,25 @@ def drain_step(
     return DrainStep.SHUT_DOWN, "idle past its grace, re-checked live"
 
 
-def fits_pending(free_cpu_millis: int, free_gpus: int, pending: Sequence[tuple[int, int]]) -> bool:
-    """Whether any pending pod (its CPU millicores and GPUs) fits in what the node offers. Node
-    selectors and affinities are not read: a drain is cancelled for any pod that might fit, the
-    cautious mistake."""
-    return any(cpu <= free_cpu_millis and gpus <= free_gpus for cpu, gpus in pending)
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one pending pod asks of a node."""
+
+    cpu_millis: int
+    gpus: int = 0
+    gpu_resource: str = ""
+    """The extended resource its GPUs are asked as (``nvidia.com/gpu``, a MIG profile ...)."""
+
+
+def fits_pending(
+    free_cpu_millis: int, free_gpus: Mapping[str, int], pending: Sequence[Demand]
+) -> bool:
+    """Whether any pending pod fits in what the node offers: its CPU, and its GPUs of the very
+    resource it asks for (an AMD pod never keeps an NVIDIA node up). Node selectors and
+    affinities are not read: a drain is cancelled for any pod that might fit, the cautious
+    mistake."""
+    return any(
+        d.cpu_millis <= free_cpu_millis
+        and (d.gpus <= 0 or free_gpus.get(d.gpu_resource, 0) >= d.gpus)
+        for d in pending
+    )

@@ -59,6 +59,8 @@ class SlimPod:
     owner_kind: str
     nominated_node: str = ""
     """status.nominatedNodeName: where preemption is making room for the pod."""
+    gpu_resource: str = ""
+    """The resource its GPUs are asked as, by the projection's ``gpu_resource`` ("" without)."""
 
     @property
     def key(self) -> str:
@@ -161,6 +163,7 @@ def pod_projection(
     annotation_keys: Iterable[str] = (),
     label_keys: Iterable[str] = (),
     gpu_count: Callable[[Mapping[str, Any]], int] | None = None,
+    gpu_resource: Callable[[Mapping[str, Any]], str] | None = None,
 ) -> Callable[[Mapping[str, Any]], SlimPod]:
     """Project Pods keeping the named annotations and labels, placement, phase and requests.
 
@@ -188,6 +191,7 @@ def pod_projection(
             deleting="deletionTimestamp" in meta,
             owner_kind=_intern(str(controller.get("kind", ""))),
             nominated_node=_intern(status.get("nominatedNodeName") or ""),
+            gpu_resource=_intern(gpu_resource(raw)) if gpu_resource is not None else "",
         )
 
     return project

@@ -22,7 +22,7 @@ import structlog
 from pydantic import ValidationError
 
 from joulie.api import keys
-from joulie.api.gpu import pod_gpu_count
+from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.intents import is_active_performance_pod, is_running_pod, uses_multi_gpu
 from joulie.kube.client import KubeClient
@@ -225,6 +225,7 @@ class ClusterCache:
             pod_projection(
                 annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION, MIRROR_ANNOTATION],
                 gpu_count=pod_gpu_count,
+                gpu_resource=pod_gpu_resource,
             ),
             indexers={
                 _PERFORMANCE_PHASE: _performance_phase,

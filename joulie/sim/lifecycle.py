@@ -197,6 +197,12 @@ class NodeLifecycle:
             idle_since=None if spell == _NO_SPELL else spell,
         )
 
+    def _free_gpus(self, node: int) -> dict[str, int]:
+        resource = self.fleet.gpu_resource[node]
+        if not resource:
+            return {}
+        return {resource: int(self.fleet.gpus[node] - self.cluster.used_gpus[node])}
+
     def _check_drain(self, node: int, started: float, t: float) -> bool:
         """The drain's step after its settle; True when it was cancelled."""
         pods = int(self.cluster.pod_count[node])
@@ -212,7 +218,7 @@ class NodeLifecycle:
             ],
             demand_fits=fits_pending(
                 int(self.fleet.cpu_millis[node] - self.cluster.used_cpu[node]),
-                int(self.fleet.gpus[node] - self.cluster.used_gpus[node]),
+                self._free_gpus(node),
                 self.queue.waiting_requests(),
             ),
             fresh_action=decide(derived, self.matrix),

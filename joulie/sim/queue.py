@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from joulie.core.lifecycle import Demand
 from joulie.sim.cluster import Job
 from joulie.sim.fleet import Fleet
 
@@ -32,6 +33,8 @@ class PendingQueue:
         resources = sorted({r for r in fleet.gpu_resource if r})
         self._resource_ids = {r: i + 1 for i, r in enumerate(resources)}
         """GPU resource -> column of the headroom table (0: no GPUs asked)."""
+        self._resource_names = {i: r for r, i in self._resource_ids.items()}
+        """Back from the column to the resource (one no node offers has none: it fits nowhere)."""
         self._node_resource = np.array(
             [self._resource_ids.get(r, 0) if r else 0 for r in fleet.gpu_resource], dtype=np.int64
         )
@@ -164,10 +167,17 @@ class PendingQueue:
         ok = self._might_take(waiting, fleet, used, nodes, kept_off)
         return self._in_order(waiting[ok].tolist())
 
-    def waiting_requests(self) -> list[tuple[int, int]]:
-        """The distinct (CPU millicores, GPUs) asked by one pod of a waiting workload."""
+    def waiting_requests(self) -> list[Demand]:
+        """The distinct demands (CPU millicores, GPUs of which resource) of one pod of each
+        waiting workload."""
         waiting = np.flatnonzero(self.waiting)
         if waiting.size == 0:
             return []
-        pairs = np.unique(np.column_stack((self._cpu[waiting], self._gpus[waiting])), axis=0)
-        return [(int(cpu), int(gpus)) for cpu, gpus in pairs]
+        rows = np.unique(
+            np.column_stack((self._cpu[waiting], self._gpus[waiting], self._resource[waiting])),
+            axis=0,
+        )
+        return [
+            Demand(int(cpu), int(gpus), self._resource_names.get(int(resource), ""))
+            for cpu, gpus, resource in rows
+        ]

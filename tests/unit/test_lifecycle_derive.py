@@ -19,6 +19,7 @@ from joulie.api.lifecycle import (
     default_matrix,
 )
 from joulie.core.lifecycle import (
+    Demand,
     DrainStep,
     LifecycleConfig,
     NodeFacts,
@@ -363,12 +364,23 @@ def test_a_settled_drain_no_longer_eligible_is_cancelled() -> None:
 
 
 def test_fits_pending() -> None:
-    assert not fits_pending(4000, 1, [])
-    assert fits_pending(4000, 1, [(4000, 1)])  # exactly what is free fits
-    assert not fits_pending(4000, 1, [(4001, 0)])
-    assert not fits_pending(4000, 1, [(100, 2)])
-    assert fits_pending(4000, 0, [(8000, 0), (100, 1), (3999, 0)])
-    assert not fits_pending(0, 0, [(1, 0), (0, 1)])
+    nvidia = "nvidia.com/gpu"
+    assert not fits_pending(4000, {nvidia: 1}, [])
+    assert fits_pending(4000, {nvidia: 1}, [Demand(4000, 1, nvidia)])  # exactly what is free
+    assert not fits_pending(4000, {nvidia: 1}, [Demand(4001)])
+    assert not fits_pending(4000, {nvidia: 1}, [Demand(100, 2, nvidia)])
+    assert fits_pending(4000, {}, [Demand(8000), Demand(100, 1, nvidia), Demand(3999)])
+    assert not fits_pending(0, {}, [Demand(1), Demand(0, 1, nvidia)])
+
+
+def test_a_pending_pod_fits_only_gpus_of_its_own_resource() -> None:
+    """An AMD pod cannot run on an NVIDIA node, nor a MIG slice on whole GPUs: neither keeps
+    that node from its drain."""
+    free = {"nvidia.com/gpu": 8}
+    assert not fits_pending(64_000, free, [Demand(1000, 1, "amd.com/gpu")])
+    assert not fits_pending(64_000, free, [Demand(1000, 1, "nvidia.com/mig-1g.10gb")])
+    assert fits_pending(64_000, free, [Demand(1000, 8, "nvidia.com/gpu")])
+    assert fits_pending(64_000, free, [Demand(1000, 0, "")])  # a CPU pod fits any node
 
 
 # --- properties -----------------------------------------------------------------------------------

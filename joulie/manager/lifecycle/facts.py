@@ -16,9 +16,9 @@ from enum import StrEnum
 import structlog
 
 from joulie.api import keys
-from joulie.api.gpu import node_gpu_count
+from joulie.api.gpu import gpu_resource_kind
 from joulie.api.quantity import QuantityError, parse_quantity
-from joulie.core.lifecycle import NodeFacts
+from joulie.core.lifecycle import Demand, NodeFacts
 from joulie.kube.projections import LeaseView, SlimNode, SlimPod
 
 log = structlog.get_logger("joulie.lifecycle")
@@ -130,14 +130,23 @@ def node_facts(
     )
 
 
-def capacity(node: SlimNode) -> tuple[int, int]:
-    """CPU millicores and GPUs the node can offer a pod (for "could a pending pod use it")."""
+def capacity(node: SlimNode) -> tuple[int, dict[str, int]]:
+    """CPU millicores and GPUs per GPU resource the node can offer a pod (for "could a pending
+    pod use it")."""
     try:
         cpu = int(parse_quantity(node.allocatable.get("cpu", "0")) * 1000)
     except QuantityError:
         cpu = 0
-    return cpu, node_gpu_count(node.labels, node.allocatable)
+    gpus: dict[str, int] = {}
+    for resource, value in node.allocatable.items():
+        if gpu_resource_kind(resource) is None:
+            continue
+        try:
+            gpus[resource] = int(parse_quantity(value))
+        except QuantityError:
+            continue
+    return cpu, gpus
 
 
-def pending_demand(pods: list[SlimPod]) -> list[tuple[int, int]]:
-    return [(pod.cpu_millis, pod.gpus) for pod in pods]
+def pending_demand(pods: list[SlimPod]) -> list[Demand]:
+    return [Demand(pod.cpu_millis, pod.gpus, pod.gpu_resource) for pod in pods]

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 
 from joulie.api import keys
 from joulie.api.lifecycle import Action
-from joulie.core.lifecycle import Derived, DrainStep, LifecycleConfig, drain_step, fits_pending
+from joulie.core.lifecycle import (
+    Demand,
+    Derived,
+    DrainStep,
+    LifecycleConfig,
+    drain_step,
+    fits_pending,
+)
 from joulie.core.lifecycle_limits import left_alone
 from joulie.kube.projections import SlimNode
 from joulie.manager.cache import ClusterCache
@@ -70,7 +77,7 @@ class Steps:
         flight: InFlight,
         derived: Derived,
         action: Action,
-        pending: list[tuple[int, int]],
+        pending: list[Demand],
         halted: str | None,
         now: float,
     ) -> None:
