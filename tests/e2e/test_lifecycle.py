@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,19 +21,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
-from joulie.api.inventory import load_inventory
+from tests.support.lifecycle_nodes import E2E_LABEL, KWOK_RBAC, lifecycle_nodes, untouched
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
-INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
-KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
 JOULIE = str(Path(sys.executable).parent / "joulie")
-E2E_LABEL = "joulie.io/e2e"
-LONG_AGO = "2026-01-01T00:00:00Z"
 
 
 class Manager:
@@ -86,21 +80,6 @@ def kwok_delete_granted(cluster: LocalCluster) -> Iterator[None]:
     cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
 
 
-def manifests(case: str, count: int, *, kwok: bool = True) -> list[dict[str, Any]]:
-    group = load_inventory(INVENTORY).nodes[0]
-    suffix = uuid.uuid4().hex[:5]
-    nodes = []
-    for i in range(count):
-        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
-        node["metadata"]["labels"][E2E_LABEL] = case
-        annotations = node["metadata"]["annotations"]
-        annotations[keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
-        if not kwok:  # a machine that is registered but whose kubelet never reports
-            del annotations[keys.KWOK_NODE_ANNOTATION]
-        nodes.append(node)
-    return nodes
-
-
 def names(nodes: list[dict[str, Any]]) -> list[str]:
     return [n["metadata"]["name"] for n in nodes]
 
@@ -115,15 +94,6 @@ def listed(cluster: LocalCluster, case: str) -> dict[str, dict[str, Any]]:
 def in_flight(node: dict[str, Any]) -> bool:
     annotations = node["metadata"].get("annotations") or {}
     return annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION) in ("draining", "shutting-down")
-
-
-def untouched(node: dict[str, Any]) -> bool:
-    annotations = node["metadata"].get("annotations") or {}
-    return (
-        not node["spec"].get("unschedulable")
-        and not any(t["key"] == keys.DRAINING_TAINT for t in node["spec"].get("taints") or ())
-        and keys.LIFECYCLE_PHASE_ANNOTATION not in annotations
-    )
 
 
 def bind(cluster: LocalCluster, namespace: str, node: str) -> None:
@@ -146,7 +116,7 @@ def test_idle_nodes_are_drained_and_deleted_within_the_limits(
     tmp_path: Path,
 ) -> None:
     case = "lifecycle-limits"
-    nodes = manifests(case, 10)
+    nodes = lifecycle_nodes(case, 10)
     cluster.create_ready_nodes(nodes)
     busy = names(nodes)[:2]
     for name in busy:
@@ -205,8 +175,8 @@ def test_the_circuit_breaker_stops_every_shutdown_while_half_the_nodes_are_not_r
     tmp_path: Path,
 ) -> None:
     case = "lifecycle-breaker"
-    ready = manifests(case, 4)
-    broken = manifests(case, 4, kwok=False)
+    ready = lifecycle_nodes(case, 4)
+    broken = lifecycle_nodes(case, 4, kwok=False)
     cluster.create_ready_nodes(ready)
     cluster.create_nodes(broken)
     manager = Manager(cluster, tmp_path, case, LIFECYCLE_BUDGET_PCT="100")

@@ -13,27 +13,27 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
-from joulie.api.inventory import load_inventory
 from joulie.kube.client import KubeClient
 from joulie.manager.role import ManagerRole
 from joulie.manager.settings import ManagerSettings
+from tests.support.lifecycle_nodes import (
+    E2E_LABEL,
+    KWOK_RBAC,
+    lifecycle_nodes,
+    phase,
+    tainted,
+    untouched,
+)
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
-
-INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
-KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
-E2E_LABEL = "joulie.io/e2e"
-LONG_AGO = "2026-01-01T00:00:00Z"
 
 
 def lifecycle_env(case: str, **overrides: str) -> dict[str, str]:
@@ -53,15 +53,7 @@ def lifecycle_env(case: str, **overrides: str) -> dict[str, str]:
 
 
 def make_nodes(cluster: LocalCluster, case: str, count: int) -> list[str]:
-    """KWOK nodes launched long ago (past their boot grace), labelled for this case only."""
-    group = load_inventory(INVENTORY).nodes[0]
-    suffix = uuid.uuid4().hex[:5]
-    nodes = []
-    for i in range(count):
-        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
-        node["metadata"]["labels"][E2E_LABEL] = case
-        node["metadata"]["annotations"][keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
-        nodes.append(node)
+    nodes = lifecycle_nodes(case, count)
     cluster.create_ready_nodes(nodes)
     return [n["metadata"]["name"] for n in nodes]
 
@@ -98,27 +90,6 @@ def node(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
         answer.raise_for_status()
         found: dict[str, Any] = answer.json()
         return found
-
-
-def phase(found: dict[str, Any] | None) -> str | None:
-    if found is None:
-        return None
-    return (found["metadata"].get("annotations") or {}).get(keys.LIFECYCLE_PHASE_ANNOTATION)
-
-
-def tainted(found: dict[str, Any]) -> bool:
-    return any(t["key"] == keys.DRAINING_TAINT for t in found["spec"].get("taints") or ())
-
-
-def untouched(found: dict[str, Any] | None) -> bool:
-    """The node is there, schedulable, without our taint or any phase of ours."""
-    return (
-        found is not None
-        and not found["spec"].get("unschedulable")
-        and not tainted(found)
-        and phase(found) is None
-        and keys.LIFECYCLE_CORDONED_ANNOTATION not in (found["metadata"].get("annotations") or {})
-    )
 
 
 def node_events(cluster: LocalCluster, name: str) -> dict[str, str]:

@@ -14,14 +14,8 @@ from prometheus_client import REGISTRY
 
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
-from tests.kube.test_lifecycle_races import (
-    lifecycle_env,
-    make_nodes,
-    manager,
-    node,
-    phase,
-    untouched,
-)
+from tests.kube.test_lifecycle_races import lifecycle_env, make_nodes, manager, node
+from tests.support.lifecycle_nodes import phase, untouched
 from tests.support.power_receiver import Receiver
 from tests.support.waiting import eventually
 

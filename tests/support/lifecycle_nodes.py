@@ -1,0 +1,59 @@
+"""Nodes for the node lifecycle's tests on the local cluster, and how they judge a Node."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hack.cluster.nodes import node_manifest
+from joulie.api import keys
+from joulie.api.inventory import load_inventory
+
+INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
+KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
+"""The grant the KWOK actuator needs (to delete Nodes)."""
+E2E_LABEL = "joulie.io/e2e"
+LONG_AGO = "2026-01-01T00:00:00Z"
+
+
+def lifecycle_nodes(case: str, count: int, *, kwok: bool = True) -> list[dict[str, Any]]:
+    """Nodes launched long ago (past their boot grace), labelled for ``case`` only, so a manager
+    selecting that label sees them and no other test's. ``kwok`` False: a machine that is
+    registered but whose kubelet never reports (never Ready, no Lease)."""
+    group = load_inventory(INVENTORY).nodes[0]
+    suffix = uuid.uuid4().hex[:5]
+    nodes = []
+    for i in range(count):
+        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
+        node["metadata"]["labels"][E2E_LABEL] = case
+        annotations = node["metadata"]["annotations"]
+        annotations[keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
+        if not kwok:
+            del annotations[keys.KWOK_NODE_ANNOTATION]
+        nodes.append(node)
+    return nodes
+
+
+def phase(node: dict[str, Any] | None) -> str | None:
+    """The lifecycle phase on the Node (None without one, or without the Node)."""
+    if node is None:
+        return None
+    return (node["metadata"].get("annotations") or {}).get(keys.LIFECYCLE_PHASE_ANNOTATION)
+
+
+def tainted(node: dict[str, Any]) -> bool:
+    return any(t["key"] == keys.DRAINING_TAINT for t in node["spec"].get("taints") or ())
+
+
+def untouched(node: dict[str, Any] | None) -> bool:
+    """The node is there, schedulable, without our taint or any phase or cordon of ours."""
+    if node is None:
+        return False
+    annotations = node["metadata"].get("annotations") or {}
+    return (
+        not node["spec"].get("unschedulable")
+        and not tainted(node)
+        and keys.LIFECYCLE_PHASE_ANNOTATION not in annotations
+        and keys.LIFECYCLE_CORDONED_ANNOTATION not in annotations
+    )
