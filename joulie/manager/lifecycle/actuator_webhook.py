@@ -33,8 +33,8 @@ How the answer is read:
 
 - ``200`` or ``204``: the node is off (DONE).
 - ``202``: the request was taken and the node will be powered off (ACCEPTED); the controller
-  then waits for the Node to go away or NotReady and asks again, with the same key, after its
-  shutdown timeout.
+  then waits for the Node to go away or NotReady, and if it has not after its shutdown timeout,
+  asks again as a new attempt (a new key: the first one evidently did not take).
 - ``408``, ``429``, ``5xx``, a refused connection or a timeout: tried again after an exponential
   backoff (``base_delay_s``, doubling, at most ``max_delay_s``), or after ``Retry-After`` (delta
   seconds or an HTTP date) when that is longer, also at most ``max_delay_s``; after
