@@ -24,9 +24,9 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
 
 import structlog
 
@@ -67,6 +67,9 @@ from joulie.manager.lifecycle.report import Decision, Reporter
 from joulie.manager.lifecycle.steps import Steps
 
 log = structlog.get_logger("joulie.lifecycle")
+
+Job = Callable[[], Awaitable[None]]
+"""One node's work, started only when a slot is free (and never, if the pass ends first)."""
 
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
@@ -187,7 +190,7 @@ class LifecycleController:
         tuples: Counter[tuple[StateTuple, Action]] = Counter()
         candidates: list[Candidate] = []
         derived_of: dict[str, tuple[Derived, Action]] = {}
-        quiet: list[Awaitable[None]] = []
+        quiet: list[Job] = []
         """Writes of nodes with nothing in flight (idle spells, reports), sent side by side."""
         for node in nodes:
             derived, record = self._derive(node, now)
@@ -200,7 +203,9 @@ class LifecycleController:
             if flight.phase is not Phase.NONE or flight.orphaned:
                 continue
             if action is Action.NONE:
-                quiet.append(self._report(node, derived, action, "none", derived.reason, now))
+                quiet.append(
+                    partial(self._report, node, derived, action, "none", derived.reason, now)
+                )
                 continue
             why = left_alone(
                 node.annotations, node.labels, node.taints, node.deleting, flight.retry_after, now
@@ -212,15 +217,18 @@ class LifecycleController:
             ):
                 why = "pending pods could use the node"
             if why is not None:
-                quiet.append(self._report(node, derived, action, "held", why, now))
+                quiet.append(partial(self._report, node, derived, action, "held", why, now))
                 continue
             candidates.append(
                 Candidate(node.name, action, derived.tuple, derived.reason, derived.idle_since)
             )
-        await run_bounded(iter(quiet), WRITE_CONCURRENCY)
+        await run_bounded((job() for job in quiet), WRITE_CONCURRENCY)
         metrics.record_tuples(tuples)
 
         by_name = {n.name: n for n in nodes}
+        # Each node's steps touch only that node, so they run side by side: a slow actuator
+        # (a webhook retrying) does not hold up another node's drain being cancelled.
+        steps: list[Job] = []
         for node in nodes:
             flight = flights[node.name]
             if flight.phase is Phase.NONE and not flight.orphaned:
@@ -228,25 +236,26 @@ class LifecycleController:
             derived, action = derived_of[node.name]
             if self._steps is None:
                 what = flight.phase.value or "a taint of ours"
-                await self._report(node, derived, action, "dry_run", f"{what}: left as it is", now)
+                detail = f"{what}: left as it is"
+                steps.append(partial(self._report, node, derived, action, "dry_run", detail, now))
                 continue
-            await self._isolated(
-                node,
-                derived,
-                action,
-                now,
-                self._steps.proceed(node, flight, derived, action, pending, halted, now),
-            )
+            work = partial(self._steps.proceed, node, flight, derived, action, pending, halted, now)
+            steps.append(partial(self._isolated, node, derived, action, now, work))
         for verdict in admit(candidates, fleet, self._limits):
             node = by_name[verdict.candidate.name]
             derived, action = derived_of[node.name]
             if not verdict.admitted:
-                await self._report(node, derived, action, "held", verdict.reason, now)
+                steps.append(
+                    partial(self._report, node, derived, action, "held", verdict.reason, now)
+                )
             elif self._steps is None:
-                await self._report(node, derived, action, "dry_run", derived.reason, now)
+                steps.append(
+                    partial(self._report, node, derived, action, "dry_run", derived.reason, now)
+                )
             else:
-                work = self._steps.start(node, derived, action, now)
-                await self._isolated(node, derived, action, now, work)
+                work = partial(self._steps.start, node, derived, action, now)
+                steps.append(partial(self._isolated, node, derived, action, now, work))
+        await run_bounded((job() for job in steps), WRITE_CONCURRENCY)
         self._reporter.forget(set(by_name))
         for name in [n for n in self._idle_since if n not in by_name]:
             del self._idle_since[name]
@@ -258,13 +267,13 @@ class LifecycleController:
         derived: Derived,
         action: Action,
         now: float,
-        work: Coroutine[Any, Any, None],
+        work: Job,
     ) -> None:
         """One node's writes and actuator call. A failure (a refused patch, a timeout) is
         logged, counted and reported as an Event once; the next pass tries that node again, and
         the other nodes go on now."""
         try:
-            await work
+            await work()
         except (NotPermitted, asyncio.CancelledError):
             raise
         except NodeGone:
@@ -275,7 +284,7 @@ class LifecycleController:
             detail = f"{type(exc).__name__}: {str(exc)[:200]}"
             await self._report(node, derived, action, "failed", detail, now)
 
-    def _derive(self, node: SlimNode, now: float) -> tuple[Derived, Awaitable[None] | None]:
+    def _derive(self, node: SlimNode, now: float) -> tuple[Derived, Job | None]:
         """The node's tuple, and the write that keeps its idle spell's start when that changed
         (in the node's annotation; in memory in dry-run, at once)."""
         stored = self._stored_idle_since(node)
@@ -297,7 +306,7 @@ class LifecycleController:
             else:
                 self._idle_since[node.name] = derived.idle_since
             return derived, None
-        return derived, self._record_idle_since(self._edits, node, derived.idle_since)
+        return derived, partial(self._record_idle_since, self._edits, node, derived.idle_since)
 
     async def _record_idle_since(
         self, edits: NodeEdits, node: SlimNode, since: float | None
