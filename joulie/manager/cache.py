@@ -299,6 +299,10 @@ class ClusterCache:
             return []
         return self.pods.by_index(_WORKLOAD_NODE, node)
 
+    def workload_count(self, node: str) -> int:
+        """How many pods make ``node`` busy (a count costs no list)."""
+        return self.pods.index_count(_WORKLOAD_NODE, node)
+
     def pending_pods(self) -> list[SlimPod]:
         """Pods waiting for a node (unbound, Pending, not DaemonSet pods)."""
         return self.pods.by_index(_PENDING, _PENDING)

@@ -292,7 +292,7 @@ class LifecycleController:
             node_facts(
                 node,
                 self._leases.get(f"kube-node-lease/{node.name}"),
-                self._cache.workload_pods(node.name),
+                self._cache.workload_count(node.name),
                 stored,
             ),
             now,

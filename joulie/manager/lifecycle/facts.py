@@ -87,7 +87,18 @@ def annotation_time(node: SlimNode, key: str) -> float | None:
     return None
 
 
+NOTHING = InFlight(Phase.NONE, None, False, False, None, 0)
+_OURS = (
+    keys.LIFECYCLE_PHASE_ANNOTATION,
+    keys.LIFECYCLE_CORDONED_ANNOTATION,
+    keys.LIFECYCLE_RETRY_AFTER_ANNOTATION,
+    keys.LIFECYCLE_FAILURES_ANNOTATION,
+)
+
+
 def in_flight(node: SlimNode) -> InFlight:
+    if keys.DRAINING_TAINT not in node.taints and not any(k in node.annotations for k in _OURS):
+        return NOTHING  # most nodes, every pass: nothing to parse
     raw = node.annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION, "")
     try:
         phase = Phase(raw)
@@ -116,7 +127,7 @@ def launched_at(node: SlimNode) -> float:
 def node_facts(
     node: SlimNode,
     lease: LeaseView | None,
-    workload: list[SlimPod],
+    workload_pods: int,
     idle_since: float | None,
 ) -> NodeFacts:
     return NodeFacts(
@@ -125,7 +136,7 @@ def node_facts(
         ready=node.ready,
         ready_changed_at=node.ready_changed_at,
         heartbeat_at=lease.renewed_at if lease is not None else None,
-        workload_pods=len(workload),
+        workload_pods=workload_pods,
         idle_since=idle_since,
     )
 
