@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from joulie.api.lifecycle import Action, WorkerState, all_tuples, default_matrix
 from joulie.core.lifecycle import (
+    Demand,
     Derived,
     DrainStep,
     LifecycleConfig,
@@ -304,13 +305,14 @@ class NodeLifecycle:
         fresh = (on & (pods != self.seen_pods)) | booting if self.lazy else on | booting
         shutdowns: list[Candidate] = []
         drains: list[tuple[int, Derived]] = []
+        pending = self.queue.waiting_requests() if len(self.queue) else []
         nodes = np.flatnonzero(fresh)
         for node, members in self._groups(nodes) if nodes.size else []:
             derived, action = self._derive(node, members, t)
             if action is Action.START_SHUTDOWN:
                 shutdowns += [self._candidate(int(n), action, derived) for n in members]
             elif action is Action.START_DRAIN:
-                drains += [(int(n), derived) for n in members]
+                drains += [(n, derived) for n in self._unneeded(members, pending)]
         room = self.settings.limits.max_concurrent_drains - len(self.drains)
         kept = np.flatnonzero(on & ~fresh & (pods == 0) & (self.lazy and room > 0))
         found = 0
@@ -321,8 +323,9 @@ class NodeLifecycle:
             derived, action = self._derive(node, members, t)
             if action is Action.START_DRAIN:
                 # Up to ``room`` of each group: a later group idle as long may win on names.
-                drains += [(int(n), derived) for n in members[:room]]
-                found += min(room, members.size)
+                free = self._unneeded(members, pending)
+                drains += [(n, derived) for n in free[:room]]
+                found += min(room, len(free))
                 last = float(self.idle_since[node])
         if drains and (room > 0 or not self.lazy):
             picked = np.array([n for n, _ in drains], dtype=np.intp)
@@ -333,6 +336,22 @@ class NodeLifecycle:
             shutdowns += [self._candidate(n, Action.START_DRAIN, of[n]) for n in picked.tolist()]
         if shutdowns:
             self._admit(shutdowns, t)
+
+    def _unneeded(self, members: IntArray, pending: list[Demand]) -> list[int]:
+        """Of ``members`` (idle nodes the matrix would drain), those no pending pod could use:
+        the live controller holds the others back before its limits see them."""
+        nodes: list[int] = members.tolist()
+        if not pending:
+            return nodes
+        return [
+            n
+            for n in nodes
+            if not fits_pending(
+                int(self.fleet.cpu_millis[n] - self.cluster.used_cpu[n]),
+                self._free_gpus(n),
+                pending,
+            )
+        ]
 
     def _candidate(self, node: int, action: Action, derived: Derived) -> Candidate:
         spell = float(self.idle_since[node])

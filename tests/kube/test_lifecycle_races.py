@@ -92,6 +92,18 @@ def node(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
         return found
 
 
+async def passes_go_by(count: int) -> None:
+    """Wait until the lifecycle (in this process) has made ``count`` more passes."""
+    start = REGISTRY.get_sample_value("joulie_lifecycle_passes_total") or 0.0
+    await eventually(
+        lambda: (
+            (REGISTRY.get_sample_value("joulie_lifecycle_passes_total") or 0.0) >= start + count
+        ),
+        30,
+        f"{count} more lifecycle passes",
+    )
+
+
 def node_events(cluster: LocalCluster, name: str) -> dict[str, str]:
     """Reason -> note of the Events about the Node ``name``."""
     with cluster.api() as api:
@@ -171,7 +183,7 @@ async def test_a_pod_bound_after_the_taint_cancels_the_drain(
             "the NodeLifecycle condition to leave Started",
         )
         # It stays up and untouched while the pod is there.
-        await asyncio.sleep(2)
+        await passes_go_by(4)
         assert untouched(node(cluster, name))
 
 
@@ -203,7 +215,7 @@ async def test_a_restarted_manager_rolls_back_a_drain_whose_node_got_busy(
     bind_pod(cluster, namespace, name)  # while no manager runs
     async with manager(cluster, {**env, "LIFECYCLE_DRAIN_SETTLE": "1s"}):
         await eventually(lambda: untouched(node(cluster, name)), 30, "the drain to be undone")
-        await asyncio.sleep(2)
+        await passes_go_by(4)
         assert untouched(node(cluster, name))
 
 
@@ -270,12 +282,9 @@ async def test_a_busy_node_is_never_shut_down(
     monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
     busy, idle = make_nodes(cluster, "busy", 2)
     bind_pod(cluster, namespace, busy)
-    async with manager(cluster, lifecycle_env("busy")) as role:
+    async with manager(cluster, lifecycle_env("busy")):
         await eventually(lambda: node(cluster, idle) is None, 30, "the idle node to be removed")
-        assert role.lifecycle is not None
-        for _ in range(6):
-            role.lifecycle.poke()
-            await asyncio.sleep(0.5)
+        await passes_go_by(6)
         assert untouched(node(cluster, busy))
 
 
@@ -298,9 +307,7 @@ async def test_dry_run_decides_and_reports_but_changes_nothing(
         )
         note = reasons["LifecycleDryRun"]
         assert "(idle, open, boot exceeded, idle exceeded) -> START_DRAIN" in note, note
-        for _ in range(4):
-            role.lifecycle.poke()
-            await asyncio.sleep(0.5)
+        await passes_go_by(4)
     after = node(cluster, name)
     assert after is not None
     assert untouched(after)

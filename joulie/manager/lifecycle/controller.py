@@ -21,7 +21,6 @@ In dry-run the pass decides and reports exactly as it would act, and writes noth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -123,7 +122,6 @@ class LifecycleController:
         )
         self._idle_since: dict[str, float] = {}
         """Dry-run only: idle spells kept in memory, since nothing is written."""
-        self._wake = asyncio.Event()
 
     @property
     def dry_run(self) -> bool:
@@ -144,13 +142,7 @@ class LifecycleController:
                 return
             except Exception as exc:  # the pass never stops for good
                 log.exception("lifecycle pass failed", error=repr(exc))
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
-
-    def poke(self) -> None:
-        """Run the next pass now (tests, and a new node's first look)."""
-        self._wake.set()
+            await asyncio.sleep(self._interval)
 
     def _stale(self) -> str | None:
         now = time.monotonic()
