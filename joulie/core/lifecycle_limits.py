@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from joulie.api import keys
 from joulie.api.lifecycle import Action, StateTuple
 
-__all__ = ["Candidate", "FleetCounts", "Limits", "Verdict", "admit", "circuit_open", "left_alone"]
+__all__ = [
+    "Candidate",
+    "FleetCounts",
+    "Limits",
+    "Verdict",
+    "admit",
+    "backoff_s",
+    "circuit_open",
+    "left_alone",
+]
 
 OPT_OUT_ANNOTATIONS = {
     keys.LIFECYCLE_EXCLUDE_ANNOTATION: "true",
@@ -147,3 +156,13 @@ def admit(candidates: Sequence[Candidate], fleet: FleetCounts, limits: Limits) -
                 draining += 1
         verdicts.append(Verdict(candidate, reason is None, reason or ""))
     return verdicts
+
+
+def backoff_s(failures: int, base_s: float, cap_s: float, asked_s: float | None = None) -> float:
+    """How long a node waits after ``failures`` failed or refused shutdowns in a row: ``base_s``
+    doubling with each, at most ``cap_s``, and at least what the far end asked for (itself at
+    most ``cap_s``)."""
+    wait: float = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
+    if asked_s is not None:
+        wait = max(wait, min(cap_s, asked_s))
+    return wait

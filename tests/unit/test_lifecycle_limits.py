@@ -13,6 +13,7 @@ from joulie.core.lifecycle_limits import (
     Limits,
     Verdict,
     admit,
+    backoff_s,
     circuit_open,
     left_alone,
 )
@@ -261,3 +262,17 @@ def test_an_opt_out_is_reported_before_anything_else() -> None:
         retry_after=NOW + 60,
     )
     assert reason == "opted out (karpenter.sh/do-not-disrupt=true)"
+
+
+def test_backoff_doubles_to_its_cap_and_honours_a_longer_wait_asked_for() -> None:
+    assert [backoff_s(n, 300, 3600) for n in (1, 2, 3, 4, 5, 6)] == [
+        300,
+        600,
+        1200,
+        2400,
+        3600,
+        3600,
+    ]
+    assert backoff_s(1, 300, 3600, asked_s=900) == 900  # Retry-After longer than the backoff
+    assert backoff_s(3, 300, 3600, asked_s=60) == 1200  # shorter: the backoff stands
+    assert backoff_s(1, 300, 3600, asked_s=86_400) == 3600  # never past the cap

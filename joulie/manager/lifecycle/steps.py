@@ -24,7 +24,7 @@ from joulie.core.lifecycle import (
     drain_step,
     fits_pending,
 )
-from joulie.core.lifecycle_limits import left_alone
+from joulie.core.lifecycle_limits import backoff_s, left_alone
 from joulie.kube.projections import SlimNode
 from joulie.manager.cache import ClusterCache
 from joulie.manager.lifecycle import metrics
@@ -218,9 +218,6 @@ class Steps:
         asked_wait: float | None,
     ) -> None:
         failures = flight.failures + 1
-        base, cap = self._backoff
-        wait = min(cap, base * 2 ** (failures - 1))
-        if asked_wait is not None:
-            wait = max(wait, min(cap, asked_wait))
+        wait = backoff_s(failures, *self._backoff, asked_wait)
         await self._edits.roll_back(node.name, retry_after=now + wait, failures=failures)
         await self._say(node, derived, action, outcome, f"{why}; next try in {wait:.0f} s", now)
