@@ -334,3 +334,44 @@ async def test_no_action_on_a_stale_cache(
             "six skipped passes",
         )
     assert untouched(node(cluster, name))
+
+
+async def test_an_idle_node_a_pending_pod_could_use_is_held(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod waiting for a node keeps an idle node it would fit from being drained (the check
+    reads CPU and GPUs only: this pod's node selector matches nothing, so it keeps waiting);
+    once it is gone, the node is drained and removed."""
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    (name,) = make_nodes(cluster, "demand", 1)
+    pod = f"waiting-{uuid.uuid4().hex[:6]}"
+    with cluster.api() as api:
+        api.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            json={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod},
+                "spec": {
+                    "nodeSelector": {"joulie.io/e2e": "no-such-node"},
+                    "containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+                    ],
+                },
+            },
+        ).raise_for_status()
+    async with manager(cluster, lifecycle_env("demand")):
+        notes = await eventually(
+            lambda: "LifecycleHeld" in node_events(cluster, name) and node_events(cluster, name),
+            30,
+            "the node held",
+        )
+        assert "pending pods could use the node" in notes["LifecycleHeld"]
+        await passes_go_by(4)
+        assert untouched(node(cluster, name))
+        with cluster.api() as api:
+            api.delete(f"/api/v1/namespaces/{namespace}/pods/{pod}").raise_for_status()
+        await eventually(lambda: node(cluster, name) is None, 30, "the node drained and removed")
