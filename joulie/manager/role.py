@@ -189,6 +189,8 @@ class ManagerRole:
         finally:
             await asyncio.gather(*tasks, return_exceptions=True)
             await power.close()
+            if self.lifecycle is not None:
+                await self.lifecycle.close()
             if self._client is None:
                 await client.close()
 

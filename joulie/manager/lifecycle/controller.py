@@ -144,6 +144,11 @@ class LifecycleController:
                 log.exception("lifecycle pass failed", error=repr(exc))
             await asyncio.sleep(self._interval)
 
+    async def close(self) -> None:
+        """Release the actuator's connections (the process is stopping)."""
+        if self._actuator is not None:
+            await self._actuator.close()
+
     def _stale(self) -> str | None:
         now = time.monotonic()
         for informer in (*self._cache.informers, self._leases):
