@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hack.cluster.runner import REPO, is_running
+from tests.support.interrupts import interruptible
 
 pytestmark = pytest.mark.e2e
 
@@ -88,6 +89,7 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=interruptible,
     )
     assert process.stdout is not None
     seen = []

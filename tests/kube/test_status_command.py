@@ -19,6 +19,7 @@ import yaml
 
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
+from tests.support.interrupts import interruptible
 
 pytestmark = pytest.mark.kube
 
@@ -188,6 +189,7 @@ def test_watch_redraws_until_interrupted(cluster: LocalCluster, world: World) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     assert process.stdout is not None
     documents = [json.loads(process.stdout.readline()) for _ in range(3)]
