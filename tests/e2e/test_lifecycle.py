@@ -23,7 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
-from tests.support.lifecycle_nodes import E2E_LABEL, KWOK_RBAC, lifecycle_nodes, untouched
+from tests.support.lifecycle_nodes import (
+    E2E_LABEL,
+    KWOK_RBAC,
+    bind_pod,
+    lifecycle_nodes,
+    untouched,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -96,19 +102,6 @@ def in_flight(node: dict[str, Any]) -> bool:
     return annotations.get(keys.LIFECYCLE_PHASE_ANNOTATION) in ("draining", "shutting-down")
 
 
-def bind(cluster: LocalCluster, namespace: str, node: str) -> None:
-    with cluster.api() as api:
-        api.post(
-            f"/api/v1/namespaces/{namespace}/pods",
-            json={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"work-{node}"},
-                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-            },
-        ).raise_for_status()
-
-
 def test_idle_nodes_are_drained_and_deleted_within_the_limits(
     cluster: LocalCluster,
     namespace: str,
@@ -120,7 +113,7 @@ def test_idle_nodes_are_drained_and_deleted_within_the_limits(
     cluster.create_ready_nodes(nodes)
     busy = names(nodes)[:2]
     for name in busy:
-        bind(cluster, namespace, name)
+        bind_pod(cluster, namespace, name)
     # At most 2 drains and 2 shutdowns at once, 30 % of 10 nodes disrupted at once, and never
     # fewer than 5 serving: 5 idle nodes go, 3 stay with the 2 busy ones.
     manager = Manager(

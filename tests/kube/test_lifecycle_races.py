@@ -10,7 +10,6 @@ the KWOK actuator: the races a drain must survive.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +25,8 @@ from joulie.manager.settings import ManagerSettings
 from tests.support.lifecycle_nodes import (
     E2E_LABEL,
     KWOK_RBAC,
+    bind_pod,
+    create_pod,
     lifecycle_nodes,
     phase,
     tainted,
@@ -122,26 +123,6 @@ def lifecycle_condition(cluster: LocalCluster, name: str) -> dict[str, Any] | No
             return None
         conditions = (answer.json().get("status") or {}).get("conditions") or ()
         return next((c for c in conditions if c["type"] == keys.LIFECYCLE_CONDITION), None)
-
-
-def bind_pod(cluster: LocalCluster, namespace: str, node_name: str) -> str:
-    """A workload pod put straight on the node (as a bind racing the taint would)."""
-    name = f"work-{uuid.uuid4().hex[:6]}"
-    with cluster.api() as api:
-        api.post(
-            f"/api/v1/namespaces/{namespace}/pods",
-            json={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeName": node_name,
-                    "containers": [{"name": "c", "image": "busybox"}],
-                    "tolerations": [{"operator": "Exists"}],
-                },
-            },
-        ).raise_for_status()
-    return name
 
 
 async def test_a_pod_bound_after_the_taint_cancels_the_drain(
@@ -347,22 +328,8 @@ async def test_an_idle_node_a_pending_pod_could_use_is_held(
     once it is gone, the node is drained and removed."""
     monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
     (name,) = make_nodes(cluster, "demand", 1)
-    pod = f"waiting-{uuid.uuid4().hex[:6]}"
-    with cluster.api() as api:
-        api.post(
-            f"/api/v1/namespaces/{namespace}/pods",
-            json={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod},
-                "spec": {
-                    "nodeSelector": {"joulie.io/e2e": "no-such-node"},
-                    "containers": [
-                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
-                    ],
-                },
-            },
-        ).raise_for_status()
+    spec = {"nodeSelector": {"joulie.io/e2e": "no-such-node"}, "requests": {"cpu": "1"}}
+    pod = create_pod(cluster, namespace, "waiting", spec)
     async with manager(cluster, lifecycle_env("demand")):
         notes = await eventually(
             lambda: "LifecycleHeld" in node_events(cluster, name) and node_events(cluster, name),

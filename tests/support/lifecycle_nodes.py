@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hack.cluster.nodes import node_manifest
+from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 
@@ -57,3 +58,29 @@ def untouched(node: dict[str, Any] | None) -> bool:
         and keys.LIFECYCLE_PHASE_ANNOTATION not in annotations
         and keys.LIFECYCLE_CORDONED_ANNOTATION not in annotations
     )
+
+
+def create_pod(cluster: LocalCluster, namespace: str, prefix: str, spec: dict[str, Any]) -> str:
+    """A pod of one busybox container plus ``spec`` (its placement, its requests); its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    container: dict[str, Any] = {"name": "c", "image": "busybox"}
+    if "requests" in spec:
+        container["resources"] = {"requests": spec["requests"]}
+    body = {k: v for k, v in spec.items() if k != "requests"}
+    with cluster.api() as api:
+        api.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            json={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {**body, "containers": [container]},
+            },
+        ).raise_for_status()
+    return name
+
+
+def bind_pod(cluster: LocalCluster, namespace: str, node: str) -> str:
+    """A workload pod put straight on ``node`` (as a bind racing a drain's taint would)."""
+    spec = {"nodeName": node, "tolerations": [{"operator": "Exists"}]}
+    return create_pod(cluster, namespace, "work", spec)
