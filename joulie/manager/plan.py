@@ -14,8 +14,9 @@ from pathlib import Path
 from joulie.api import keys
 from joulie.api.inventory import Inventory, NodeGroup
 from joulie.core.policy import Plan, PlanNode, family_split, plan
-from joulie.hardware.catalog import Catalog, model_key
+from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view
+from joulie.hardware.unknown_models import Kind, unknown_models, unknown_parts
 from joulie.manager.config import policy_inputs
 from joulie.manager.settings import ManagerSettings
 
@@ -40,22 +41,17 @@ def unrecognised_models(
     catalog: Catalog,
     gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
 ) -> list[str]:
-    """One line per CPU or GPU model of the inventory that the catalog does not know, each model
-    once: such a model still forms a family, but is planned without the catalog's power figures,
-    which a typo in the inventory would otherwise hide."""
-    found: dict[tuple[str, str], str] = {}
-    for view in _group_views(inventory, catalog, gpu_product_label_keys).values():
-        for kind, model, known in (
-            ("CPU", view.cpu_model, catalog.cpus),
-            ("GPU", view.gpu_model, catalog.gpus),
-        ):
-            if model is not None and model not in known:
-                found.setdefault(
-                    (kind, model),
-                    f"{kind} model {model!r} is not in the hardware catalog: it is planned as "
-                    f"{model_key(model) or 'unknown'}, without the catalog's power figures",
-                )
-    return list(found.values())
+    """One line per CPU or GPU model of the inventory that the catalog does not know (a GPU
+    count with no model named is one too), each model once with its node count: such a model
+    still forms a family, but is planned without the catalog's power figures, which a typo in
+    the inventory would otherwise hide."""
+    views = _group_views(inventory, catalog, gpu_product_label_keys)
+    seen: list[tuple[Kind, str | None, int]] = [
+        (kind, group.cpu if kind == "CPU" else group.product, group.replicas)
+        for group in inventory.nodes
+        for kind, _ in unknown_parts(views[group], catalog)
+    ]
+    return [model.describe("planned") for model in unknown_models(seen)]
 
 
 def _group_views(

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import structlog
+
 from joulie.api import keys
 from joulie.api.selector import parse_selector
 from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_twin_spec
@@ -21,11 +23,14 @@ from joulie.core.policy import Plan, PlanNode, plan
 from joulie.core.twin import TwinHardware
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view
+from joulie.hardware.unknown_models import WARNED, Kind, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
 from joulie.manager.cache import ClusterCache, HardwareFacts
 from joulie.manager.config import intent_config, policy_inputs
 from joulie.manager.settings import ManagerSettings
 from joulie.manager.twin_status import twin_hardware
+
+log = structlog.get_logger("joulie.manager")
 
 
 @dataclass(slots=True)
@@ -67,6 +72,7 @@ class Planner:
         self.inputs = policy_inputs(settings)
         self._selector = parse_selector(settings.node_selector)
         self.memos: dict[str, NodeMemo] = {}
+        self._views_changed = False
 
     def managed(self, node: SlimNode) -> bool:
         """Selected by NODE_SELECTOR and not reserved: the nodes the lifecycle looks after
@@ -106,6 +112,7 @@ class Planner:
             # Everything derived from the node or its hardware is stale now.
             memo.node, memo.hardware = node, facts
             memo.intent = memo.twin_hardware = None
+            self._views_changed = True
         return memo
 
     def view(self, node: SlimNode, facts: HardwareFacts | None) -> HardwareView:
@@ -121,6 +128,9 @@ class Planner:
         )
         hardware = {n.name: self.cache.hardware_of(n.name) for n in nodes}
         views = {n.name: self.view(n, hardware[n.name]) for n in nodes}
+        if self._views_changed:
+            self._views_changed = False
+            self._warn_unknown_models(views, hardware)
         plan_nodes = [
             PlanNode(n.name, views[n.name].family, n.labels.get(keys.POWER_PROFILE_LABEL))
             for n in nodes
@@ -128,6 +138,25 @@ class Planner:
         perf_pods = self.cache.performance_pods()
         result = plan(plan_nodes, self.inputs, perf_pods, self._clock())
         return Planned(nodes, hardware, views, plan_nodes, perf_pods, result)
+
+    def _warn_unknown_models(
+        self, views: dict[str, HardwareView], hardware: dict[str, HardwareFacts | None]
+    ) -> None:
+        """Once per model per process. A model not given counts only once the node's agent
+        has reported (before that, its labels may simply not name one)."""
+        seen: list[tuple[Kind, str | None, int]] = [
+            (kind, model, 1)
+            for name, view in views.items()
+            for kind, model in unknown_parts(view, self.catalog)
+            if model is not None or hardware[name] is not None
+        ]
+        for found in WARNED.first_time(unknown_models(seen)):
+            log.warning(
+                "hardware model not in the catalog, planned as generic parts",
+                kind=found.kind,
+                model=found.model,
+                nodes=found.nodes,
+            )
 
     def intent(self, memo: NodeMemo, result: Plan) -> NodeIntent:
         """The intent of the node of ``memo`` (fresh from :meth:`current`) under ``result``."""

@@ -130,6 +130,7 @@ def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunR
     from joulie.sim import sweep
     from joulie.sim.scenario import run as run_one
 
+    _warn_unknown_models(specs)
     progress = _Progress(quiet)
     if workers > 1 and len(specs) > 1:
         results = sweep.run_all(specs, workers, progress=progress(f"{len(specs)} runs"))
@@ -141,6 +142,24 @@ def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunR
         results.append(run_one(spec, progress(label)))
         progress.done(label)
     return results
+
+
+def _warn_unknown_models(specs: Sequence[RunSpec]) -> None:
+    """One line per model the catalog lacks, for the whole command and before any run starts
+    (worker processes would each repeat it)."""
+    from joulie.hardware.catalog import Catalog
+    from joulie.hardware.unknown_models import WarnedOnce
+    from joulie.sim.fleet import inventory_unknown_models
+    from joulie.sim.scenario import load_named_inventory
+
+    warned = WarnedOnce()
+    for name in dict.fromkeys(spec.inventory for spec in specs):
+        try:
+            models = inventory_unknown_models(load_named_inventory(name), Catalog.load())
+        except (ValueError, OSError):
+            continue  # the run itself reports a bad inventory
+        for model in warned.first_time(models):
+            print(f"joulie simulate: warning: {name}: {model.describe()}", file=sys.stderr)
 
 
 def _emit(results: Sequence[RunResult], args: argparse.Namespace) -> None:

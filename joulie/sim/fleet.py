@@ -12,7 +12,7 @@ Per node the engine only needs a few numbers, kept in numpy arrays so that a pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +30,11 @@ from joulie.core.twin import TwinHardware, twin_hardware
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.simulated import simulated_hardware
+from joulie.hardware.unknown_models import Kind, UnknownModel, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
 from joulie.sim.simulation import node_spec
 
-__all__ = ["Fleet", "GroupModel", "build_fleet"]
+__all__ = ["Fleet", "GroupModel", "build_fleet", "inventory_unknown_models"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -142,3 +143,24 @@ def build_fleet(inventory: Inventory, catalog: Catalog, config: IntentConfig) ->
         gpus=column([m.gpus for m in models]),
         gpu_resource=tuple(models[g].gpu_resource for g in group_of),
     )
+
+
+def inventory_unknown_models(
+    inventory: Inventory,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> list[UnknownModel]:
+    """The models of ``inventory`` that the simulator gives generic parts, once each with its
+    node count and named as the inventory names it. Recognised as ``node_spec`` recognises a
+    group (from its labels), without building the fleet: a command warns about them once,
+    before its runs start (a worker process would only repeat it)."""
+    product_keys = tuple(gpu_product_label_keys)
+    seen: list[tuple[Kind, str | None, int]] = []
+    for group in inventory.nodes:
+        labels = group.hardware_labels()
+        view = hardware_view(
+            None, labels, group.hardware_annotations(), group.capacity(), catalog, product_keys
+        )
+        for kind, _ in unknown_parts(view, catalog):
+            seen.append((kind, group.cpu if kind == "CPU" else group.product, group.replicas))
+    return unknown_models(seen)
