@@ -1,4 +1,4 @@
-"""Deterministic power and performance model of one node (CPU packages and GPUs).
+"""Deterministic power and performance model of one node (CPU packages and GPU boards).
 
 The simulator uses this module as its physics; it is pure: no I/O, no clock reads. Time only
 enters through the ``t`` arguments of :func:`initial_state` and :func:`advance`, so a run is
@@ -14,43 +14,61 @@ Three rules shape every formula here, because the upstream simulator broke them:
 * Time steps are explicit and exact: power settles with a first-order lag solved in closed form, so
   one long step and many short ones give the same trajectory and the same energy.
 
+Every speed is relative to the same work on the same part uncontrolled (1.0); how fast one part
+is against another is :class:`Throughput`, applied by :func:`work_speed`.
+
 CPU (per socket; the node has ``sockets`` identical sockets sharing the load and the cap evenly)::
 
-    P(u, f) = idle + (full - idle) * shape(u) * f ** CLOCK_POWER_EXPONENT
-    analytic:  full = max_w,       shape(u) = u ** CPU_UTIL_EXPONENT
-    measured:  full = curve(100),  shape(u) = (curve(100 u) - curve(0)) / (full - curve(0))
-
-so at the boost clock a measured curve is reproduced exactly (linear interpolation).
+    wall(u, r) = platform + package(u, r)
+    package(u, r) = (idle - platform) + (full - idle) * shape(u) * r ** CLOCK_POWER_EXPONENT
+    f_nat(u) = boost - (boost - all_core) * u          (GHz, the clock uncontrolled work gets)
+    r = f / f_nat(u)
 
 ``u`` is the demanded utilisation: the share of the CPU the running work keeps busy (a batch
-view: a slower clock makes that work slower rather than spreading it over more cores), so the
-work's speed is the clock ratio ``f`` (compute-bound work, the conservative case). ``f`` is the
-clock relative to boost: 1.0 for ``performance``, ``nominal / boost`` for ``efficiency`` and
-halfway between for ``balanced``. A binding cap lowers ``f`` until ``P`` meets the cap; below the
-lowest DVFS clock the package duty-cycles, which saves power only in proportion to speed.
+view: a slower clock makes that work slower rather than spreading it over more cores).
+Uncontrolled, a lightly loaded part boosts and a fully loaded one runs at its all-core clock
+(linear in between: an assumption), and that clock is what a measured curve was measured at.
+A preset is a clock ceiling (``efficiency``: nominal; ``balanced``: halfway to boost;
+``performance``: boost), so it slows work only where it sits below ``f_nat(u)``. A package cap
+is compared with package power, never with the wall power of the whole socket share: the
+``platform`` part (memory, fans, power-supply losses) is not under RAPL. A binding cap lowers
+``r`` until the package meets it; below the lowest DVFS clock the package duty-cycles, which
+saves power only in proportion to speed.
 
-GPU (per device)::
+GPU (per board; every board of the node is judged on its own work)::
 
     P(u) = idle' + (max - idle') * u ** util_exponent * c ** CLOCK_POWER_EXPONENT
-    speed = c * (min(P, cap) / P) ** speed_exponent
+    y = (cap - idle) / (P(u) - idle)                        (share of the work's dynamic draw)
+    speed = c * y ** exponent                               (y >= knee share: the DVFS regime)
+    speed = c * knee ** exponent * (y - floor) / (knee - floor)   (below the knee)
 
 ``c`` is the graphics clock ceiling (``efficient``: the ceiling percentage; ``low``: the lowest
 supported clock; otherwise 1). ``idle'`` is raised above ``idle`` by the presets that hold clocks
-(``peak``, ``sustained``): held clocks cost power when the device has nothing to do.
+(``peak``, ``sustained``): held clocks cost power when the device has nothing to do. The knee and
+the floor are the board's (``knee_w``, ``floor_w`` for a fully busy board, as shares of its
+dynamic range): above the knee the limiter lowers voltage with the clock, so throughput follows
+the cap with a small exponent and energy per unit of work falls; below it the voltage is at its
+floor, throughput falls linearly towards zero at ``floor_w`` and the energy per unit of work rises
+again, so it has a single minimum, at or above the knee. Fitted to measured boards in
+``docs/calibration.md``.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from joulie.api.enums import CpuGovernorPreset, GpuGovernorPreset
 
 __all__ = [
     "CLOCK_POWER_EXPONENT",
     "CPU_UTIL_EXPONENT",
+    "DEFAULT_CAP_EXPONENT",
+    "DEFAULT_FLOOR_SHARE",
     "DEFAULT_GPU_CLOCK_CEILING_PCT",
+    "DEFAULT_KNEE_SHARE",
     "PUE_MAX",
     "PUE_MIN",
     "Controls",
@@ -60,7 +78,9 @@ __all__ = [
     "NodePowerSpec",
     "NodePowerState",
     "Steady",
+    "Throughput",
     "advance",
+    "board_steady",
     "cpu_clock_ratio",
     "effective_cpu_cap_w",
     "effective_gpu_cap_w",
@@ -82,6 +102,14 @@ DEFAULT_CPU_MIN_CLOCK_RATIO = 0.4
 
 DEFAULT_GPU_CLOCK_CEILING_PCT = 80.0
 """Ceiling of the ``efficient`` preset when the controls give none (the spec's eco default)."""
+
+DEFAULT_KNEE_SHARE = 0.55
+DEFAULT_FLOOR_SHARE = 0.08
+DEFAULT_CAP_EXPONENT = 0.29
+"""The GPU cap law of a board nobody has measured: the knee and the floor as shares of its
+dynamic range (max - idle), and the exponent above the knee. A modelling assumption: the mean of
+the two boards fitted to measurements (V100 PCIe: knee 0.50, floor 0.0, exponent 0.31; A40: knee
+0.59, floor 0.15, exponent 0.27; docs/calibration.md)."""
 
 GPU_HELD_IDLE_FRACTION: dict[GpuGovernorPreset, float] = {
     # Share of the dynamic range an idle GPU draws with its clocks held: ``peak`` locks the
@@ -134,11 +162,13 @@ def _require_watt_range(owner: str, idle_w: float, max_w: float, min_cap_w: floa
 class CpuPowerSpec:
     """Power behaviour of the CPU packages of one node; watts are per socket.
 
-    ``curve`` is a measured (load %, watts per socket) table, used as measured: power at a load is
-    the linear interpolation of the table (clamped at its ends). Its value at 0 % must be
-    ``idle_w``; its full-load value may sit below ``max_w``, which then only bounds the caps the
-    hardware accepts (measured wall power and TDP rarely agree). :meth:`from_curve` takes both
-    from the curve.
+    ``idle_w`` and ``curve`` are the socket's share of the server's power (what a wall meter
+    sees); ``platform_w`` of it is not package power (memory, fans, power-supply losses) and is
+    never under a package cap. ``max_w`` and ``min_cap_w`` are the package-cap range (package
+    watts): the uncapped package draw at full load (``full_load_w - platform_w``) must fit under
+    ``max_w``. ``curve`` is a measured (load %, watts per socket) table, used as measured: power
+    at a load is the linear interpolation of the table (clamped at its ends); its value at 0 %
+    must be ``idle_w``. Without a curve the package draws ``max_w`` at full load.
     """
 
     sockets: int
@@ -150,17 +180,42 @@ class CpuPowerSpec:
     boost_ghz: float = 3.0
     min_ghz: float | None = None
     """Lowest DVFS clock; below it a cap duty-cycles. None: 0.4 x boost, at most nominal."""
+    all_core_ghz: float | None = None
+    """Clock with every core busy and nothing controlled. None: the nominal clock."""
+    platform_w: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "CpuPowerSpec"
         _require_count(owner, "sockets", self.sockets)
-        _require_watt_range(owner, self.idle_w, self.max_w, self.min_cap_w)
+        for name in ("idle_w", "max_w", "min_cap_w"):
+            _require_positive(owner, name, getattr(self, name))
+        if not (math.isfinite(self.platform_w) and 0.0 <= self.platform_w < self.idle_w):
+            raise ValueError(
+                f"{owner}: platform_w ({self.platform_w} W) must be >= 0 and below "
+                f"idle_w ({self.idle_w} W): the package draws something at idle"
+            )
+        # A cap at or below the package's idle would leave no power for work at all; hardware
+        # never accepts one, and allowing it would force zero speed.
+        if not self.package_idle_w < self.min_cap_w <= self.max_w:
+            raise ValueError(
+                f"{owner}: min_cap_w ({self.min_cap_w} W) must be above the package's idle "
+                f"(idle_w less platform_w: {self.package_idle_w} W) and at most max_w "
+                f"({self.max_w} W)"
+            )
         _require_positive(owner, "nominal_ghz", self.nominal_ghz)
         _require_positive(owner, "boost_ghz", self.boost_ghz)
         if self.nominal_ghz > self.boost_ghz:
             raise ValueError(
                 f"{owner}: nominal_ghz ({self.nominal_ghz}) must not exceed "
                 f"boost_ghz ({self.boost_ghz})"
+            )
+        if self.all_core_ghz is not None and not (
+            math.isfinite(self.all_core_ghz)
+            and self.nominal_ghz <= self.all_core_ghz <= self.boost_ghz
+        ):
+            raise ValueError(
+                f"{owner}: all_core_ghz ({self.all_core_ghz}) must lie between nominal_ghz "
+                f"({self.nominal_ghz}) and boost_ghz ({self.boost_ghz})"
             )
         if self.min_ghz is not None:
             _require_positive(owner, "min_ghz", self.min_ghz)
@@ -182,11 +237,18 @@ class CpuPowerSpec:
             top = _interp(curve, 100.0)
             if top <= self.idle_w:
                 raise ValueError(f"{owner}: curve must rise above idle_w ({self.idle_w} W)")
-            if top > self.max_w:
+            if top - self.platform_w > self.max_w * (1.0 + 1e-9):
                 raise ValueError(
-                    f"{owner}: curve at 100 % load ({top} W) exceeds max_w ({self.max_w} W); "
-                    "max_w is the top of the cap range and must cover the uncapped draw"
+                    f"{owner}: the package draws {top - self.platform_w} W at 100 % load "
+                    f"(curve {top} W less platform {self.platform_w} W), above max_w "
+                    f"({self.max_w} W); max_w is the top of the package-cap range and must "
+                    "cover the uncapped draw"
                 )
+        elif self.max_w <= self.package_idle_w:
+            raise ValueError(
+                f"{owner}: max_w ({self.max_w} W) must be above the package's idle "
+                f"(idle_w less platform_w: {self.package_idle_w} W)"
+            )
 
     @classmethod
     def from_curve(
@@ -198,7 +260,8 @@ class CpuPowerSpec:
         boost_ghz: float = 3.0,
         min_ghz: float | None = None,
     ) -> CpuPowerSpec:
-        """A spec whose idle and maximum power are the measured curve's end points."""
+        """A spec whose idle and maximum power are the measured curve's end points (all of it
+        package power)."""
         points = _validated_curve(curve)
         if not points:
             raise ValueError("CpuPowerSpec.from_curve needs a non-empty curve")
@@ -214,9 +277,18 @@ class CpuPowerSpec:
         )
 
     @property
+    def package_idle_w(self) -> float:
+        return self.idle_w - self.platform_w
+
+    @property
     def full_load_w(self) -> float:
-        """Uncapped power per socket at 100 % load and the boost clock."""
-        return _interp(self.curve, 100.0) if self.curve else self.max_w
+        """Uncapped power per socket (wall share) at 100 % load and the all-core clock."""
+        return _interp(self.curve, 100.0) if self.curve else self.max_w + self.platform_w
+
+    @property
+    def all_core(self) -> float:
+        """The all-core clock in GHz (the nominal clock where none is given)."""
+        return self.nominal_ghz if self.all_core_ghz is None else self.all_core_ghz
 
     @property
     def min_clock_ratio(self) -> float:
@@ -224,6 +296,11 @@ class CpuPowerSpec:
         if self.min_ghz is not None:
             return self.min_ghz / self.boost_ghz
         return min(DEFAULT_CPU_MIN_CLOCK_RATIO, self.nominal_ghz / self.boost_ghz)
+
+    def natural_ghz(self, util: float) -> float:
+        """The clock uncontrolled work runs at, at utilisation ``util``: boost when nearly idle,
+        the all-core clock with every core busy, linear in between (a modelling assumption)."""
+        return self.boost_ghz - (self.boost_ghz - self.all_core) * _unit(util)
 
     def shape(self, util: float) -> float:
         """Normalised dynamic power at utilisation ``util``: 0 at idle, 1 at full load."""
@@ -272,40 +349,81 @@ def _interp(curve: tuple[tuple[float, float], ...], load: float) -> float:
 
 @dataclass(frozen=True)
 class GpuPowerSpec:
-    """Power behaviour of the GPUs of one node; watts are per device, all devices alike.
+    """Power behaviour of the GPU boards of one node; watts are per board, all boards alike.
 
-    ``speed_exponent`` says how much throughput a power limit costs: work that the limit holds to
-    ``r`` of the power it would draw runs at ``r ** speed_exponent``. 0.6 sits between
-    compute-bound kernels (near 1 with the clock) and memory-bound ones (barely affected).
+    The cap law (module docstring): ``knee_w`` is where a fully busy board's limiter runs out of
+    voltage to lower, ``floor_w`` where throughput below the knee would reach zero, and
+    ``cap_exponent`` how throughput follows the cap above the knee. None: the default shares of
+    the dynamic range (:data:`DEFAULT_KNEE_SHARE`, :data:`DEFAULT_FLOOR_SHARE`), a modelling
+    assumption for boards nobody has measured.
     """
 
     count: int
     idle_w: float
     max_w: float
     min_cap_w: float
-    speed_exponent: float = 0.6
+    knee_w: float | None = None
+    floor_w: float | None = None
+    cap_exponent: float = DEFAULT_CAP_EXPONENT
     util_exponent: float = 1.0
-    """Shape of power against average utilisation; board power tracks busy time nearly linearly."""
+    """Shape of power against a board's busy share; board power tracks busy time nearly linearly."""
     min_clock_ratio: float = 0.2
     """Lowest supported graphics clock relative to the maximum (the ``low`` preset's clock)."""
+    knee_share: float = field(init=False, repr=False, compare=False)
+    floor_share: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         owner = "GpuPowerSpec"
         _require_count(owner, "count", self.count)
         _require_watt_range(owner, self.idle_w, self.max_w, self.min_cap_w)
-        _require_positive(owner, "speed_exponent", self.speed_exponent)
+        span = self.max_w - self.idle_w
+        knee = self.idle_w + DEFAULT_KNEE_SHARE * span if self.knee_w is None else self.knee_w
+        floor = self.idle_w + DEFAULT_FLOOR_SHARE * span if self.floor_w is None else self.floor_w
+        if not (math.isfinite(floor) and self.idle_w <= floor < self.min_cap_w):
+            # A floor at or above the lowest cap would let an accepted cap stop the work.
+            raise ValueError(
+                f"{owner}: floor_w ({floor} W) must be at least idle_w ({self.idle_w} W) and "
+                f"below min_cap_w ({self.min_cap_w} W)"
+            )
+        if not (math.isfinite(knee) and floor < knee < self.max_w):
+            raise ValueError(
+                f"{owner}: knee_w ({knee} W) must lie above floor_w ({floor} W) and below "
+                f"max_w ({self.max_w} W)"
+            )
+        if not (math.isfinite(self.cap_exponent) and 0.0 < self.cap_exponent < 1.0):
+            raise ValueError(
+                f"{owner}.cap_exponent must lie strictly between 0 and 1, got {self.cap_exponent!r}"
+            )
         _require_positive(owner, "util_exponent", self.util_exponent)
         _require_positive(owner, "min_clock_ratio", self.min_clock_ratio)
         if self.min_clock_ratio > 1.0:
             raise ValueError(
                 f"GpuPowerSpec.min_clock_ratio must be at most 1, got {self.min_clock_ratio!r}"
             )
+        object.__setattr__(self, "knee_share", (knee - self.idle_w) / span)
+        object.__setattr__(self, "floor_share", (floor - self.idle_w) / span)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """How fast this node's parts do work against the reference parts (1.0), per kind of work:
+    ``cpu`` for a CPU-bound core, ``gpu_compute`` for compute-bound GPU work (training),
+    ``gpu_memory`` for memory-bound GPU work (inference)."""
+
+    cpu: float = 1.0
+    gpu_compute: float = 1.0
+    gpu_memory: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "gpu_compute", "gpu_memory"):
+            _require_positive("Throughput", name, getattr(self, name))
 
 
 @dataclass(frozen=True)
 class NodePowerSpec:
     cpu: CpuPowerSpec
     gpu: GpuPowerSpec | None = None
+    throughput: Throughput = Throughput()
 
     @property
     def gpu_count(self) -> int:
@@ -336,7 +454,8 @@ def _optional_watts(owner: str, name: str, value: float | None) -> None:
 @dataclass(frozen=True)
 class Controls:
     """What is applied to the node. Caps outside the hardware range are clamped into it, as the
-    hardware itself does; unknown presets raise ValueError."""
+    hardware itself does; unknown presets raise ValueError. The GPU cap is per board, the same
+    on every board (that is how the agent writes it)."""
 
     cpu_cap_w: float | None = None
     cpu_preset: str | None = None
@@ -370,14 +489,23 @@ class Controls:
 
 @dataclass(frozen=True)
 class Load:
-    """Demanded utilisation; values outside [0, 1] (and NaN) are clamped on construction."""
+    """Demanded utilisation; values outside [0, 1] (and NaN) are clamped on construction.
+
+    ``gpu_boards`` is the busy share of each board that has work, in board order (boards past
+    its end are idle); empty means every board at ``gpu_util``, the node's average. A power
+    limit binds per board, so one busy board of eight is judged on its own work, never on the
+    node's average.
+    """
 
     cpu_util: float = 0.0
     gpu_util: float = 0.0
+    gpu_boards: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpu_util", _unit(self.cpu_util))
         object.__setattr__(self, "gpu_util", _unit(self.gpu_util))
+        if self.gpu_boards:
+            object.__setattr__(self, "gpu_boards", tuple(_unit(u) for u in self.gpu_boards))
 
 
 # --- steady state ----------------------------------------------------------------------------
@@ -385,7 +513,10 @@ class Load:
 
 @dataclass(frozen=True)
 class Steady:
-    """Where power and speed settle for a constant load and constant controls."""
+    """Where power and speed settle for a constant load and constant controls.
+
+    ``gpu_board_w`` and ``gpu_board_speed`` are per board; ``gpu_w_per_gpu`` is their mean and
+    ``gpu_speed`` the slowest board's speed."""
 
     cpu_w: float
     gpu_w_per_gpu: float
@@ -395,20 +526,39 @@ class Steady:
     cpu_cap_binding: bool = False
     """The CPU cap, not the load, sets the power (telemetry's 'cap saturated')."""
     gpu_cap_binding: bool = False
+    """The cap sets the power of at least one board."""
+    gpu_board_w: tuple[float, ...] = ()
+    gpu_board_speed: tuple[float, ...] = ()
 
     @property
     def node_w(self) -> float:
         return self.cpu_w + self.gpu_w_per_gpu * self.gpu_count
 
 
-def work_speed(steady: Steady, cpu_share: float, gpu_share: float) -> float:
-    """How fast a piece of work runs on a node at ``steady`` (1.0: as fast as uncapped), when
-    ``cpu_share`` of its run time is bound by the CPU clock and ``gpu_share`` by the GPU clock
-    (the rest, waiting on I/O or the network, does not move with either). Each share stretches
-    by the inverse of its part's speed, so the work never runs faster than at full clocks."""
-    stretch = (1.0 - cpu_share - gpu_share) + cpu_share / steady.cpu_speed
-    if gpu_share:
-        stretch += gpu_share / steady.gpu_speed
+def work_speed(
+    cpu_speed: float,
+    gpu_speed: float,
+    cpu_share: float,
+    gpu_share: float,
+    throughput: Throughput = Throughput(),
+    *,
+    on_gpu: bool = False,
+    memory_bound: bool = False,
+) -> float:
+    """How fast a piece of work runs (1.0: as fast as uncontrolled on the reference parts).
+
+    ``cpu_share`` of its run time is bound by the CPU clock, ``gpu_share`` by the GPU clock and
+    the rest by neither (I/O, the network; on a GPU, memory). Each clock-bound share stretches by
+    the inverse of its part's speed. Work ``on_gpu`` runs everything but its CPU share on the
+    board, so that part also scales with the board's throughput for its kind (compute-bound, or
+    ``memory_bound``); the CPU share scales with the CPU's."""
+    stretch = cpu_share / (cpu_speed * throughput.cpu)
+    rest = 1.0 - cpu_share - gpu_share
+    if on_gpu:
+        board = throughput.gpu_memory if memory_bound else throughput.gpu_compute
+        stretch += (rest + (gpu_share / gpu_speed if gpu_share else 0.0)) / board
+    else:
+        stretch += rest + (gpu_share / gpu_speed if gpu_share else 0.0)
     return 1.0 / stretch
 
 
@@ -442,57 +592,93 @@ def _cpu_socket_cap_w(spec: CpuPowerSpec, controls: Controls) -> float:
 
 
 def effective_cpu_cap_w(spec: CpuPowerSpec, controls: Controls) -> float:
-    """Node-wide CPU cap the hardware enforces: the requested one clamped to its range."""
+    """Node-wide package cap the hardware enforces: the requested one clamped to its range."""
     return _cpu_socket_cap_w(spec, controls) * spec.sockets
 
 
 def effective_gpu_cap_w(spec: GpuPowerSpec, controls: Controls) -> float:
-    """Per-GPU cap the hardware enforces: the requested one clamped to its range."""
+    """Per-board cap the hardware enforces: the requested one clamped to its range."""
     if controls.gpu_cap_w is None:
         return spec.max_w
     return min(spec.max_w, max(spec.min_cap_w, controls.gpu_cap_w))
 
 
-# Both solvers below compare shares of the dynamic range (0 at idle, 1 at max_w) rather than
-# watts: an uncapped part at full load then sits exactly at share 1.0 and is never mistaken for a
-# capped one by a rounding error in the last bit.
+# A demand within this relative margin of what the cap allows is not capped: an uncapped part at
+# full load sits exactly at its limit, and a rounding error in the last bit must not slow it.
+_AT_LIMIT = 1e-12
 
 
 def _cpu_steady(spec: CpuPowerSpec, util: float, controls: Controls) -> tuple[float, float, bool]:
-    """(node CPU watts, speed, cap binding)."""
-    span = spec.full_load_w - spec.idle_w
-    f_ceiling = cpu_clock_ratio(spec, controls.cpu_preset)
-    shape = spec.shape(util)
-    demanded = shape * math.pow(f_ceiling, CLOCK_POWER_EXPONENT)
+    """(node CPU watts at the wall, speed relative to uncontrolled, cap binding)."""
+    natural = spec.natural_ghz(util)
+    ceiling = cpu_clock_ratio(spec, controls.cpu_preset) * spec.boost_ghz
+    ratio = min(1.0, ceiling / natural)
+    dynamic = (spec.full_load_w - spec.idle_w) * spec.shape(util)
+    package_idle = spec.package_idle_w
     cap = _cpu_socket_cap_w(spec, controls)
-    allowed = (cap - spec.idle_w) / span  # above 1 when the cap exceeds the full-load draw
-    if demanded <= allowed:
-        return (spec.idle_w + span * demanded) * spec.sockets, f_ceiling, False
-    # Invert the curve: the clock whose power at this load meets the cap. cap > idle
-    # (validated), so allowed > 0 and the work never stops.
-    f = math.pow(allowed / shape, 1.0 / CLOCK_POWER_EXPONENT)
-    f_min = spec.min_clock_ratio
-    if f < f_min:
-        # Below the lowest clock the package duty-cycles at f_min: power and speed fall together.
-        duty = allowed / (shape * math.pow(f_min, CLOCK_POWER_EXPONENT))
-        return cap * spec.sockets, f_min * duty, True
-    return cap * spec.sockets, f, True
+    allowed = cap - package_idle  # > 0: min_cap_w is above the package's idle (validated)
+    demanded = dynamic * math.pow(ratio, CLOCK_POWER_EXPONENT)
+    if demanded <= allowed * (1.0 + _AT_LIMIT):
+        return (spec.idle_w + demanded) * spec.sockets, ratio, False
+    # Invert the curve: the clock whose package power at this load meets the cap.
+    capped = math.pow(allowed / dynamic, 1.0 / CLOCK_POWER_EXPONENT)
+    lowest = spec.min_clock_ratio * spec.boost_ghz / natural
+    watts = (cap + spec.platform_w) * spec.sockets
+    if capped < lowest:
+        # Below the lowest clock the package duty-cycles there: power and speed fall together.
+        duty = allowed / (dynamic * math.pow(lowest, CLOCK_POWER_EXPONENT))
+        return watts, lowest * duty, True
+    return watts, capped, True
 
 
-def _gpu_steady(spec: GpuPowerSpec, util: float, controls: Controls) -> tuple[float, float, bool]:
-    """(watts per GPU, speed, cap binding)."""
+def _cap_law_speed(spec: GpuPowerSpec, share: float) -> float:
+    """Throughput of a board held at ``share`` of the dynamic power its work would draw."""
+    knee = spec.knee_share
+    if share >= knee:
+        return math.pow(share, spec.cap_exponent)
+    # Below the knee: linear towards zero at the floor (share > floor: caps stay above it).
+    floor = spec.floor_share
+    return math.pow(knee, spec.cap_exponent) * (share - floor) / (knee - floor)
+
+
+def board_steady(spec: GpuPowerSpec, util: float, controls: Controls) -> tuple[float, float, bool]:
+    """(watts, speed, cap binding) of one board whose work keeps it ``util`` busy."""
     preset = None if controls.gpu_preset is None else GpuGovernorPreset(controls.gpu_preset)
     held = 0.0 if preset is None else GPU_HELD_IDLE_FRACTION.get(preset, 0.0)
     idle = spec.idle_w + held * (spec.max_w - spec.idle_w)
-    span = spec.max_w - idle
     clock = gpu_clock_ratio(spec, controls.gpu_preset, controls.gpu_clock_ceiling_pct)
-    demanded = math.pow(util, spec.util_exponent) * math.pow(clock, CLOCK_POWER_EXPONENT)
+    demanded = idle + (spec.max_w - idle) * math.pow(_unit(util), spec.util_exponent) * math.pow(
+        clock, CLOCK_POWER_EXPONENT
+    )
     cap = effective_gpu_cap_w(spec, controls)
-    if demanded <= (cap - idle) / span:
-        return idle + span * demanded, clock, False
-    # The power limiter lowers clocks until the board meets the cap; cap > idle_w (validated),
-    # though it may sit below the raised idle of a held-clock preset, which it then pulls down.
-    return cap, clock * math.pow(cap / (idle + span * demanded), spec.speed_exponent), True
+    if demanded <= cap * (1.0 + _AT_LIMIT):
+        return demanded, clock, False
+    # The limiter holds the board at the cap. The law reads shares of the work's draw above the
+    # plain idle: cap > idle_w (validated), though the cap may sit below the raised idle of a
+    # held-clock preset, which it then pulls down.
+    share = (cap - spec.idle_w) / (demanded - spec.idle_w)
+    return cap, clock * _cap_law_speed(spec, share), True
+
+
+def _gpu_steady(
+    spec: GpuPowerSpec, load: Load, controls: Controls
+) -> tuple[tuple[float, ...], tuple[float, ...], bool]:
+    """(watts per board, speed per board, any cap binding)."""
+    if load.gpu_boards:
+        boards: Sequence[float] = load.gpu_boards[: spec.count]
+        boards = (*boards, *(0.0,) * (spec.count - len(boards)))
+    else:
+        boards = (load.gpu_util,) * spec.count
+    solved: dict[float, tuple[float, float, bool]] = {}
+    for u in boards:
+        if u not in solved:
+            solved[u] = board_steady(spec, u, controls)
+    per_board = [solved[u] for u in boards]
+    return (
+        tuple(w for w, _, _ in per_board),
+        tuple(s for _, s, _ in per_board),
+        any(b for _, _, b in per_board),
+    )
 
 
 def steady_state(spec: NodePowerSpec, load: Load, controls: Controls) -> Steady:
@@ -500,8 +686,18 @@ def steady_state(spec: NodePowerSpec, load: Load, controls: Controls) -> Steady:
     cpu_w, cpu_speed, cpu_binding = _cpu_steady(spec.cpu, _unit(load.cpu_util), controls)
     if spec.gpu is None:
         return Steady(cpu_w, 0.0, cpu_speed, 1.0, 0, cpu_binding, False)
-    gpu_w, gpu_speed, gpu_binding = _gpu_steady(spec.gpu, _unit(load.gpu_util), controls)
-    return Steady(cpu_w, gpu_w, cpu_speed, gpu_speed, spec.gpu.count, cpu_binding, gpu_binding)
+    watts, speeds, binding = _gpu_steady(spec.gpu, load, controls)
+    return Steady(
+        cpu_w,
+        math.fsum(watts) / spec.gpu.count,
+        cpu_speed,
+        min(speeds),
+        spec.gpu.count,
+        cpu_binding,
+        binding,
+        watts,
+        speeds,
+    )
 
 
 # --- dynamics --------------------------------------------------------------------------------

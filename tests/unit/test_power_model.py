@@ -24,6 +24,7 @@ from joulie.core.power_model import (
     NodePowerSpec,
     NodePowerState,
     Steady,
+    Throughput,
     advance,
     effective_cpu_cap_w,
     effective_gpu_cap_w,
@@ -70,6 +71,9 @@ def cpu_specs(draw: st.DrawFn) -> CpuPowerSpec:
     max_w = idle + span
     nominal = draw(st.floats(1.0, 4.0))
     boost = nominal * draw(st.floats(1.0, 2.0))
+    # Part of idle may be platform power (not under the package cap): the package range then
+    # starts lower, and a curve's package draw (curve less platform) still fits under max_w.
+    platform = idle * draw(st.just(0.0) | st.floats(0.0, 0.9))
     return CpuPowerSpec(
         sockets=draw(st.integers(1, 4)),
         idle_w=idle,
@@ -79,6 +83,10 @@ def cpu_specs(draw: st.DrawFn) -> CpuPowerSpec:
         nominal_ghz=nominal,
         boost_ghz=boost,
         min_ghz=draw(st.none() | st.floats(0.1, 1.0).map(lambda r: r * nominal)),
+        all_core_ghz=draw(
+            st.none() | st.floats(0.0, 1.0).map(lambda r: nominal + r * (boost - nominal))
+        ),
+        platform_w=platform,
     )
 
 
@@ -90,8 +98,9 @@ def gpu_specs(draw: st.DrawFn) -> GpuPowerSpec:
         count=draw(st.integers(1, 8)),
         idle_w=idle,
         max_w=idle + span,
-        min_cap_w=idle + span * draw(st.floats(0.01, 1.0)),
-        speed_exponent=draw(st.floats(0.1, 1.0)),
+        # Above the default floor (8 % of the dynamic range), as every accepted cap must be.
+        min_cap_w=idle + span * draw(st.floats(0.09, 1.0)),
+        cap_exponent=draw(st.floats(0.05, 0.95)),
         util_exponent=draw(st.floats(0.5, 2.0)),
         min_clock_ratio=draw(st.floats(0.05, 1.0)),
     )
@@ -154,7 +163,9 @@ def test_power_stays_between_idle_and_the_enforced_cap(
     assert 0.0 < s.cpu_speed <= 1.0
     assert 0.0 < s.gpu_speed <= 1.0
     assert s.cpu_w >= spec.cpu.idle_w * spec.cpu.sockets * (1 - TOL)
-    assert s.cpu_w <= effective_cpu_cap_w(spec.cpu, ctl) * (1 + TOL)
+    # The cap holds the package; the platform share of the sockets' power is outside it.
+    platform = spec.cpu.platform_w * spec.cpu.sockets
+    assert s.cpu_w <= (effective_cpu_cap_w(spec.cpu, ctl) + platform) * (1 + TOL)
     if spec.gpu is not None:
         assert s.gpu_w_per_gpu >= spec.gpu.idle_w * (1 - TOL)
         assert s.gpu_w_per_gpu <= effective_gpu_cap_w(spec.gpu, ctl) * (1 + TOL)
@@ -222,11 +233,19 @@ def test_max_w_above_a_measured_curve_only_widens_the_cap_range() -> None:
 
 
 def test_a_gpu_cap_below_demand_sets_power_and_speed() -> None:
-    gpu = GpuPowerSpec(count=4, idle_w=100.0, max_w=700.0, min_cap_w=200.0, speed_exponent=0.6)
+    gpu = GpuPowerSpec(
+        count=4, idle_w=100.0, max_w=700.0, min_cap_w=200.0, knee_w=400.0, cap_exponent=0.3
+    )
     spec = NodePowerSpec(CpuPowerSpec(1, 50.0, 250.0, 100.0), gpu)
+    s = steady_state(spec, Load(gpu_util=1.0), Controls(gpu_cap_w=550.0))
+    assert s.gpu_w_per_gpu == pytest.approx(550.0)
+    # Above the knee: the share of the dynamic draw the cap leaves, to the exponent.
+    assert s.gpu_speed == pytest.approx((450.0 / 600.0) ** 0.3)
+    # Below it (the default floor: 8 % of the range, 148 W): linear towards zero at the floor.
     s = steady_state(spec, Load(gpu_util=1.0), Controls(gpu_cap_w=350.0))
     assert s.gpu_w_per_gpu == pytest.approx(350.0)
-    assert s.gpu_speed == pytest.approx(0.5**0.6)
+    knee_speed = 0.5**0.3
+    assert s.gpu_speed == pytest.approx(knee_speed * (350.0 - 148.0) / (400.0 - 148.0))
     assert s.node_w == pytest.approx(50.0 + 4 * 350.0)
 
 
@@ -270,7 +289,10 @@ def test_cpu_presets_trade_speed_for_power(spec: CpuPowerSpec, util: float) -> N
         assert slower.cpu_speed <= faster.cpu_speed
     performance, _, efficiency = by_preset
     assert performance.cpu_speed == 1.0
-    assert efficiency.cpu_speed == pytest.approx(spec.nominal_ghz / spec.boost_ghz)
+    # A ceiling slows work only by how far it sits below the clock the load would get.
+    assert efficiency.cpu_speed == pytest.approx(
+        min(1.0, spec.nominal_ghz / spec.natural_ghz(util))
+    )
 
 
 @given(gpu_node_specs, st.floats(0.01, 1.0), st.floats(1.0, 100.0))
@@ -367,7 +389,8 @@ def test_power_settles_under_the_cap_after_a_long_step(
         spec.gpu_count,
     )
     after = advance(spec, state, load, ctl, 20.0 * tau, tau)
-    assert after.cpu_w <= effective_cpu_cap_w(spec.cpu, ctl) * 1.01
+    platform = spec.cpu.platform_w * spec.cpu.sockets
+    assert after.cpu_w <= (effective_cpu_cap_w(spec.cpu, ctl) + platform) * 1.01
     if spec.gpu is not None:
         assert after.gpu_w_per_gpu <= effective_gpu_cap_w(spec.gpu, ctl) * 1.01
 
@@ -510,12 +533,25 @@ def test_work_never_runs_faster_than_uncapped_and_slows_with_its_bound_part(
 ) -> None:
     if cpu_share + gpu_share > 1.0:
         gpu_share = 1.0 - cpu_share
-    full = Steady(100.0, 100.0, 1.0, 1.0, 1)
-    slowed = Steady(100.0, 100.0, cpu_speed, gpu_speed, 1)
-    assert work_speed(full, cpu_share, gpu_share) == pytest.approx(1.0)
-    speed = work_speed(slowed, cpu_share, gpu_share)
-    assert speed <= 1.0 + 1e-12
+    for on_gpu in (False, True):
+        assert work_speed(1.0, 1.0, cpu_share, gpu_share, on_gpu=on_gpu) == pytest.approx(1.0)
+        speed = work_speed(cpu_speed, gpu_speed, cpu_share, gpu_share, on_gpu=on_gpu)
+        assert speed <= 1.0 + 1e-12
+        assert speed >= min(cpu_speed, gpu_speed) - 1e-12
     # Work bound only by the CPU runs exactly at the CPU's speed; unbound work at full speed.
-    assert work_speed(slowed, 1.0, 0.0) == pytest.approx(cpu_speed)
-    assert work_speed(slowed, 0.0, 0.0) == pytest.approx(1.0)
-    assert speed >= min(cpu_speed, gpu_speed) - 1e-12
+    assert work_speed(cpu_speed, gpu_speed, 1.0, 0.0) == pytest.approx(cpu_speed)
+    assert work_speed(cpu_speed, gpu_speed, 0.0, 0.0) == pytest.approx(1.0)
+
+
+@given(cpu_share=_share, compute=st.floats(0.1, 5.0), memory=st.floats(0.1, 5.0))
+def test_faster_parts_shorten_only_the_work_they_do(
+    cpu_share: float, compute: float, memory: float
+) -> None:
+    fast = Throughput(cpu=1.0, gpu_compute=compute, gpu_memory=memory)
+    # All of a GPU job but its CPU share runs on the board, at the board's throughput for its kind.
+    training = work_speed(1.0, 1.0, cpu_share, 0.5 * (1 - cpu_share), fast, on_gpu=True)
+    assert 1.0 / training == pytest.approx(cpu_share + (1.0 - cpu_share) / compute)
+    inference = work_speed(1.0, 1.0, 0.0, 0.4, fast, on_gpu=True, memory_bound=True)
+    assert inference == pytest.approx(memory)
+    # A CPU job is not sped up by the node's GPUs.
+    assert work_speed(1.0, 1.0, cpu_share, 0.0, fast) == pytest.approx(1.0)
