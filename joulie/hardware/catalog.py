@@ -40,6 +40,21 @@ __all__ = [
     "normalize_model",
 ]
 
+# The class-default GPU power-cap law, for boards with no fitted one: the knee and the floor as
+# shares of the board's dynamic range (max_w - idle_w) above idle, and the throughput exponent.
+# Each is the mean of the two boards fitted to Zeus (NSDI '23) measurements, V100 PCIe and A40
+# (knee shares 0.50 and 0.59, floor shares 0.00 and 0.15, exponents 0.31 and 0.27).
+DEFAULT_KNEE_SHARE = 0.55
+DEFAULT_FLOOR_SHARE = 0.08
+DEFAULT_CAP_EXPONENT = 0.29
+# Cited for the default law when the catalog file does not define the source id itself.
+_DEFAULT_LAW_SOURCE_ID = "cap-law-default"
+_DEFAULT_LAW_CITATION = (
+    "modelling assumption: the mean of the two boards fitted to Zeus (NSDI '23) measurements "
+    "(V100 PCIe, A40)"
+)
+_NOMINAL_ALL_CORE = "nominal (base) clock, no all-core figure published"
+
 
 class CatalogError(ValueError):
     """A catalog file that cannot be used; the message names the model and the field."""
@@ -62,6 +77,9 @@ class CpuSpec:
     ctdp_max_w: float
     base_ghz: float
     boost_ghz: float
+    # Clock sustained with every core busy: the vendor's all-core boost figure where one is
+    # published, else base_ghz (the source then says so).
+    all_core_ghz: float
     idle_w: float
     cores: int  # physical cores per socket
     # (load %, watts per socket), load increasing; empty when no measured curve is known.
@@ -71,7 +89,15 @@ class CpuSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU model. Watts are per board."""
+    """One GPU model. Watts are per board.
+
+    The power-cap law: work that would draw ``P`` uncapped, held at a cap ``C`` below ``P``, runs
+    at ``y ** cap_exponent`` of its uncapped throughput, ``y = (C - idle_w) / (P - idle_w)``,
+    while ``C`` is above the knee (``cap_knee_w``, scaled to the work's draw). Below the knee
+    throughput falls linearly to zero at ``cap_floor_w``, so energy per unit of work rises again.
+    Always populated: a fitted law where the catalog has one, else the class default built from
+    ``DEFAULT_KNEE_SHARE``, ``DEFAULT_FLOOR_SHARE`` and ``DEFAULT_CAP_EXPONENT``.
+    """
 
     key: str
     vendor: str
@@ -79,9 +105,11 @@ class GpuSpec:
     max_w: float
     default_w: float
     idle_w: float
-    # Throughput scales as (cap / max_w) ** speed_exponent once the cap is below what the work
-    # would draw: a modelling assumption, not a measurement.
-    speed_exponent: float
+    dense_tensor_tflops: float  # peak dense FP16/BF16 tensor (matrix) throughput, no sparsity
+    memory_bandwidth_gbs: float  # GB/s
+    cap_knee_w: float
+    cap_floor_w: float
+    cap_exponent: float
     source: str
 
 
@@ -172,13 +200,22 @@ class _CpuSource(_Strict):
     spec: _Name
     idle: _Name
     curve: _Name | None = None
+    all_core: _Name | None = None
 
 
 class _GpuSource(_Strict):
     power: _Name
     min: _Name
     idle: _Name
-    speed: _Name
+    compute: _Name
+    memory: _Name
+    law: _Name | None = None
+
+
+class _CapLaw(_Strict):
+    knee_w: _Watts
+    floor_w: _Watts
+    exponent: float
 
 
 class _CpuEntry(_Strict):
@@ -187,6 +224,7 @@ class _CpuEntry(_Strict):
     cores: Annotated[int, Field(ge=1)]
     base_ghz: Annotated[float, Field(gt=0)]
     boost_ghz: Annotated[float, Field(gt=0)]
+    all_core_ghz: Annotated[float, Field(gt=0)] | None = None
     tdp_w: _Watts
     ctdp_w: tuple[_Watts, _Watts] | None = None
     idle_w: _Watts
@@ -201,7 +239,9 @@ class _GpuEntry(_Strict):
     max_w: _Watts
     default_w: _Watts
     idle_w: _Watts
-    speed_exponent: Annotated[float, Field(gt=0, le=1.5)]
+    dense_tensor_tflops: Annotated[float, Field(gt=0)]
+    memory_bandwidth_gbs: Annotated[float, Field(gt=0)]
+    cap_law: _CapLaw | None = None
     source: _GpuSource
 
 
@@ -365,6 +405,10 @@ def _cpu_spec(key: str, entry: _CpuEntry, sources: Mapping[str, str]) -> CpuSpec
         curve = tuple((load, watts / sockets) for load, watts in entry.curve.points)
     elif entry.source.curve is not None:
         raise fail("source.curve", "names a source but the model has no curve")
+    all_core_ghz = _all_core_ghz(entry, fail)
+    citation = _cite(entry.source.model_dump(exclude_none=True), sources, fail)
+    if entry.all_core_ghz is None:
+        citation += f"; all_core: {_NOMINAL_ALL_CORE}"
     return CpuSpec(
         key=key,
         vendor=entry.vendor,
@@ -373,11 +417,29 @@ def _cpu_spec(key: str, entry: _CpuEntry, sources: Mapping[str, str]) -> CpuSpec
         ctdp_max_w=ctdp_max,
         base_ghz=entry.base_ghz,
         boost_ghz=entry.boost_ghz,
+        all_core_ghz=all_core_ghz,
         idle_w=entry.idle_w,
         cores=entry.cores,
         curve=curve,
-        source=_cite(entry.source.model_dump(exclude_none=True), sources, fail),
+        source=citation,
     )
+
+
+def _all_core_ghz(entry: _CpuEntry, fail: _Failure) -> float:
+    """The published all-core clock, checked against base and boost; base_ghz where none is."""
+    if entry.all_core_ghz is None:
+        if entry.source.all_core is not None:
+            raise fail("source.all_core", "names a source but the model has no all_core_ghz")
+        return entry.base_ghz
+    if entry.source.all_core is None:
+        raise fail("source.all_core", "a published all_core_ghz needs a source")
+    if not entry.base_ghz <= entry.all_core_ghz <= entry.boost_ghz:
+        raise fail(
+            "all_core_ghz",
+            f"{entry.all_core_ghz} is outside [base_ghz, boost_ghz] = "
+            f"[{entry.base_ghz}, {entry.boost_ghz}]",
+        )
+    return entry.all_core_ghz
 
 
 def _gpu_spec(key: str, entry: _GpuEntry, sources: Mapping[str, str]) -> GpuSpec:
@@ -393,6 +455,11 @@ def _gpu_spec(key: str, entry: _GpuEntry, sources: Mapping[str, str]) -> GpuSpec
         )
     if entry.idle_w >= entry.max_w:
         raise fail("idle_w", f"{entry.idle_w} is not below max_w {entry.max_w}")
+    knee, floor, exponent = _cap_law(entry, fail)
+    citation = _cite(entry.source.model_dump(exclude_none=True), sources, fail)
+    if entry.cap_law is None:
+        default = sources.get(_DEFAULT_LAW_SOURCE_ID, _DEFAULT_LAW_CITATION)
+        citation += f"; law: {default}"
     return GpuSpec(
         key=key,
         vendor=entry.vendor,
@@ -400,9 +467,49 @@ def _gpu_spec(key: str, entry: _GpuEntry, sources: Mapping[str, str]) -> GpuSpec
         max_w=entry.max_w,
         default_w=entry.default_w,
         idle_w=entry.idle_w,
-        speed_exponent=entry.speed_exponent,
-        source=_cite(entry.source.model_dump(), sources, fail),
+        dense_tensor_tflops=entry.dense_tensor_tflops,
+        memory_bandwidth_gbs=entry.memory_bandwidth_gbs,
+        cap_knee_w=knee,
+        cap_floor_w=floor,
+        cap_exponent=exponent,
+        source=citation,
     )
+
+
+def _cap_law(entry: _GpuEntry, fail: _Failure) -> tuple[float, float, float]:
+    """(knee_w, floor_w, exponent): the fitted law, or the class default from idle_w and max_w.
+
+    Either way it must describe a usable curve: the floor at or above idle and below the lowest
+    cap the driver accepts (else a legal cap would stop the board), the knee between the floor
+    and max_w, and an exponent in (0, 1) (throughput falls slower than power).
+    """
+    law = entry.cap_law
+    if law is None:
+        if entry.source.law is not None:
+            raise fail("source.law", "names a source but the model has no cap_law")
+        span = entry.max_w - entry.idle_w
+        knee = entry.idle_w + DEFAULT_KNEE_SHARE * span
+        floor = entry.idle_w + DEFAULT_FLOOR_SHARE * span
+        exponent = DEFAULT_CAP_EXPONENT
+        how = " (class default)"
+    else:
+        if entry.source.law is None:
+            raise fail("source.law", "a fitted cap_law needs a source")
+        knee, floor, exponent = law.knee_w, law.floor_w, law.exponent
+        how = ""
+    if not entry.idle_w <= floor < entry.min_w:
+        raise fail(
+            "cap_law.floor_w",
+            f"{floor:g}{how} is outside [idle_w, min_w) = [{entry.idle_w:g}, {entry.min_w:g})",
+        )
+    if not floor < knee < entry.max_w:
+        raise fail(
+            "cap_law.knee_w",
+            f"{knee:g}{how} is outside (floor_w, max_w) = ({floor:g}, {entry.max_w:g})",
+        )
+    if not 0 < exponent < 1:
+        raise fail("cap_law.exponent", f"{exponent:g}{how} is outside (0, 1)")
+    return knee, floor, exponent
 
 
 def _check_curve(points: list[tuple[float, float]], fail: _Failure) -> None:

@@ -119,7 +119,9 @@ def test_names_that_only_resemble_a_cpu_model_are_heuristic(catalog: Catalog, ra
     assert (match.key, match.quality, match.raw) == (None, DiscoveryQuality.HEURISTIC, raw)
 
 
-@pytest.mark.parametrize("raw", ["NVIDIA H100", "NVIDIA H100 NVL2", "NVIDIA L40", "Tesla T4"])
+@pytest.mark.parametrize(
+    "raw", ["NVIDIA H100", "NVIDIA H100 NVL2", "NVIDIA L40", "NVIDIA A2", "Tesla V100S-PCIE-32GB"]
+)
 def test_unknown_gpu_names_are_heuristic(catalog: Catalog, raw: str) -> None:
     assert catalog.match_gpu(raw).quality is DiscoveryQuality.HEURISTIC
     assert catalog.match_gpu(raw).key is None
@@ -252,9 +254,13 @@ def test_gpu_numbers_are_sane(catalog: Catalog) -> None:
         assert gpu.vendor in {"nvidia", "amd"}
         assert 0 < gpu.min_w <= gpu.default_w <= gpu.max_w
         assert 0 < gpu.idle_w < gpu.min_w
-        assert 0.5 <= gpu.speed_exponent <= 0.7
-        assert "power: " in gpu.source
-        assert "speed: modelling assumption" in gpu.source
+        assert gpu.idle_w <= gpu.cap_floor_w < gpu.min_w
+        assert gpu.cap_floor_w < gpu.cap_knee_w < gpu.max_w
+        assert 0 < gpu.cap_exponent < 1
+        assert gpu.dense_tensor_tflops > 0
+        assert gpu.memory_bandwidth_gbs > 0
+        for part in ("power: ", "min: ", "idle: ", "compute: ", "memory: ", "law: "):
+            assert part in gpu.source, f"{key}: no {part!r} in its source"
 
 
 # --- broken catalog files -------------------------------------------------------------------------
@@ -316,7 +322,7 @@ def _drop(path: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
         (_set(("gpus", "NVIDIA_L40S", "idle_w"), 350), "NVIDIA_L40S", "idle_w"),
         (_drop(("gpus", "AMD_INSTINCT_MI300X", "max_w")), "AMD_INSTINCT_MI300X", "max_w"),
         (
-            _set(("gpus", "AMD_INSTINCT_MI300X", "speed_exponent"), 0),
+            _set(("gpus", "AMD_INSTINCT_MI300X", "speed_exponent"), 0.5),  # no longer a field
             "AMD_INSTINCT_MI300X",
             "speed_exponent",
         ),
@@ -368,14 +374,19 @@ def test_a_minimal_catalog_loads(tmp_path: Path) -> None:
         "sources: {s: 'a datasheet'}\n"
         "gpus:\n"
         "  ACME_X1: {vendor: acme, aliases: ['Acme X1 Accelerator'], min_w: 50, max_w: 100,\n"
-        "            default_w: 90, idle_w: 10, speed_exponent: 0.6,\n"
-        "            source: {power: s, min: s, idle: s, speed: s}}\n"
+        "            default_w: 90, idle_w: 10, dense_tensor_tflops: 20,\n"
+        "            memory_bandwidth_gbs: 300,\n"
+        "            cap_law: {knee_w: 60, floor_w: 20, exponent: 0.3},\n"
+        "            source: {power: s, min: s, idle: s, compute: s, memory: s, law: s}}\n"
     )
     loaded = Catalog.load(path)
     assert loaded.cpus == {}
     assert loaded.match_gpu("ACME-X1-Accelerator").key == "ACME_X1"
-    assert loaded.gpu("ACME_X1").source == (
-        "power: a datasheet; min: a datasheet; idle: a datasheet; speed: a datasheet"
+    gpu = loaded.gpu("ACME_X1")
+    assert (gpu.cap_knee_w, gpu.cap_floor_w, gpu.cap_exponent) == (60, 20, 0.3)
+    assert gpu.source == (
+        "power: a datasheet; min: a datasheet; idle: a datasheet; compute: a datasheet; "
+        "memory: a datasheet; law: a datasheet"
     )
 
 
