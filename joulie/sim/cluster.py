@@ -24,7 +24,15 @@ import numpy as np
 import numpy.typing as npt
 
 from joulie.core.pod_power import PodDemand
-from joulie.core.power_model import Controls, Steady, facility, steady_state, work_speed
+from joulie.core.power_model import (
+    Controls,
+    NodePowerSpec,
+    Steady,
+    board_steady,
+    facility,
+    steady_state,
+    work_speed,
+)
 from joulie.kube.projections import SlimPod
 from joulie.sim.fleet import Fleet
 from joulie.sim.pods import slim_pod
@@ -48,7 +56,10 @@ class Job:
     nodes: list[int] = field(default_factory=list)
     """Node of each running pod (empty while pending)."""
     remaining_s: float = 0.0
-    """Work left, in seconds at full speed, as of ``since``."""
+    """Work left, in seconds at full speed on the reference parts, as of ``since``."""
+    ideal_s: float = 0.0
+    """How long the latest start would take on its nodes' parts with nothing controlled (what
+    slowdown and stretch are measured against)."""
     speed: float = 0.0
     since: float = 0.0
     version: int = 0
@@ -66,10 +77,32 @@ class Job:
         return bool(self.nodes)
 
 
-def pod_speed(workload: Workload, steady: Steady) -> float:
-    """How fast one pod of ``workload`` runs on a node at ``steady`` (1.0: full speed)."""
+UNCONTROLLED = Steady(0.0, 0.0, 1.0, 1.0)
+"""Clocks of a node nothing slows (the power figures are not read)."""
+
+
+def pod_speed(
+    workload: Workload, power: NodePowerSpec, steady: Steady, controls: Controls
+) -> float:
+    """How fast one pod of ``workload`` runs on a node of ``power`` at ``steady`` under
+    ``controls`` (1.0: as fast as uncontrolled on the reference parts). Its GPUs are boards of
+    its own, so their clocks follow the cap as the pod's own work meets it, whatever the node's
+    other boards do."""
+    on_gpu = bool(workload.gpus) and power.gpu is not None
+    gpu_speed = 1.0
+    if on_gpu and workload.gpu_sensitivity:
+        assert power.gpu is not None
+        gpu_speed = board_steady(power.gpu, workload.gpu_util, controls)[1]
     gpu_share = workload.gpu_sensitivity if workload.gpus else 0.0
-    return work_speed(steady, workload.cpu_sensitivity, gpu_share)
+    return work_speed(
+        steady.cpu_speed,
+        gpu_speed,
+        workload.cpu_sensitivity,
+        gpu_share,
+        power.throughput,
+        on_gpu=on_gpu,
+        memory_bound=workload.memory_bound,
+    )
 
 
 class Cluster:
@@ -148,7 +181,7 @@ class Cluster:
 
     # --- nodes --------------------------------------------------------------------------
 
-    def _refresh(self, node: int, t: float) -> None:
+    def _refresh(self, node: int, t: float, controls_changed: bool = False) -> None:
         """Recompute the node's steady state after its pods or controls changed at ``t``, and
         the speed of every workload running there if its clocks moved."""
         model = self.fleet.model(node)
@@ -158,9 +191,11 @@ class Cluster:
         before = self.steady[node]
         self.steady[node] = steady
         self._draw(node, 0.0 if node in self.off else steady.node_w, t)
-        if steady.cpu_speed != before.cpu_speed or steady.gpu_speed != before.gpu_speed:
+        if steady.cpu_speed != before.cpu_speed or controls_changed:
             # Only a change of clocks moves the finish of the work already running here (an
-            # uncapped node's never do: busy CPU nodes host dozens of pods).
+            # uncapped node's never do: busy CPU nodes host dozens of pods). A board's clock
+            # follows its own pod's work and the controls alone, so other pods coming and going
+            # never move it.
             for index in self.pods_on[node]:
                 self._retime(self._jobs[index], t)
 
@@ -184,7 +219,7 @@ class Cluster:
     def set_controls(self, node: int, controls: Controls, t: float) -> None:
         if controls != self.controls[node]:
             self.controls[node] = controls
-            self._refresh(node, t)
+            self._refresh(node, t, controls_changed=True)
 
     # --- jobs ---------------------------------------------------------------------------
 
@@ -199,7 +234,11 @@ class Cluster:
         if job.speed > 0.0:
             job.remaining_s = max(0.0, job.remaining_s - job.speed * (t - job.since))
         job.since = t
-        speed = min(pod_speed(workload, self.steady[n]) for n in job.nodes)
+        fleet = self.fleet
+        speed = min(
+            pod_speed(workload, fleet.model(n).power, self.steady[n], self.controls[n])
+            for n in job.nodes
+        )
         # A gang that got fewer than all its pods runs proportionally slower.
         speed *= len(job.nodes) / workload.pods
         job.speed = speed
@@ -215,6 +254,9 @@ class Cluster:
         job.speed = 0.0
         job.since = t
         job.started_at = t
+        job.ideal_s = workload.work_s / min(
+            pod_speed(workload, self.fleet.model(n).power, UNCONTROLLED, Controls()) for n in nodes
+        )
         gpus = workload.gpus if workload.gpu_resource else 0
         touched: dict[int, None] = {}
         level = self.levels[workload.priority]

@@ -8,6 +8,7 @@ and the same sequence of events gives the same numbers however fast the wall clo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -36,24 +37,42 @@ from joulie.core.power_model import (
     Load,
     NodePowerSpec,
     NodePowerState,
+    Throughput,
     advance,
     facility,
     initial_state,
     steady_state,
 )
-from joulie.hardware.catalog import Catalog
+from joulie.hardware.catalog import Catalog, GpuSpec
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod
 
 log = structlog.get_logger("joulie.simulator")
 
 # Nodes whose CPU or GPU the catalog does not know get generic parts, so they still draw
-# plausible power instead of none (which would make them look like the emptiest nodes).
+# plausible power instead of none (which would make them look like the emptiest nodes); they do
+# work at the reference parts' speed.
 GENERIC_CPU_IDLE_W = 50.0
 GENERIC_CPU_MAX_W = 250.0
-GENERIC_GPU = (30.0, 300.0, 100.0, 0.6)  # idle, max, min cap (W per GPU), speed exponent
+GENERIC_GPU = (30.0, 300.0, 100.0)  # idle, max, min cap (W per GPU); the default cap law
 # Package caps below half of TDP are rarely accepted by firmware; use that as the floor.
 CPU_MIN_CAP_FRACTION = 0.5
+PACKAGE_IDLE_SHARE_OF_TDP = 0.1
+"""Package power of an idle socket as a share of its TDP (a modelling assumption: deep C-states
+leave the uncore and I/O die powered); the rest of a socket's measured idle is platform power
+(memory, fans, power-supply losses), which no package cap touches."""
+
+REFERENCE_GPU_TFLOPS = 312.0
+REFERENCE_GPU_MEMORY_GBS = 2039.0
+"""The reference board a workload's run time is given on: NVIDIA A100 SXM4 80GB (dense
+FP16/BF16 tensor TFLOPS and memory bandwidth, NVIDIA A100 datasheet). Another board does
+compute-bound work at the ratio of its dense tensor TFLOPS and memory-bound work at the ratio of
+its memory bandwidth: peak ratios, an assumption that overstates the gap between generations
+somewhat (real kernels reach a smaller share of a faster part's peak)."""
+REFERENCE_CPU_GHZ = 3.0
+"""The reference core: one running at 3.0 GHz with every core busy (a modelling assumption, a
+typical all-core clock of current server parts). Another core does CPU-bound work at the ratio
+of its all-core clock; IPC differences between generations are not modelled."""
 
 
 def _cores(node: SlimNode) -> float:
@@ -61,6 +80,44 @@ def _cores(node: SlimNode) -> float:
         return max(float(parse_quantity(node.allocatable.get("cpu", "1"))), 1.0)
     except QuantityError:
         return 1.0
+
+
+def _cpu_part(
+    sockets: int,
+    tdp_w: float,
+    idle_w: float,
+    curve: tuple[tuple[float, float], ...] = (),
+    **clocks: float,
+) -> CpuPowerSpec:
+    """A socket's power spec from its TDP, its measured idle (wall share) and curve: the package
+    idles at PACKAGE_IDLE_SHARE_OF_TDP x TDP, the rest of idle is platform power, and the package
+    cap range reaches the uncapped package draw at full load (at least TDP)."""
+    platform = max(0.0, idle_w - PACKAGE_IDLE_SHARE_OF_TDP * tdp_w)
+    top = curve[-1][1] if curve else tdp_w + platform
+    peak = max(tdp_w, top - platform)
+    return CpuPowerSpec(
+        sockets=sockets,
+        idle_w=idle_w,
+        max_w=peak,
+        min_cap_w=peak * CPU_MIN_CAP_FRACTION,
+        curve=curve,
+        platform_w=platform,
+        **clocks,
+    )
+
+
+def gpu_power_spec(g: GpuSpec, count: int) -> GpuPowerSpec:
+    """The power model of ``count`` boards of a catalog GPU model (ValueError where the power
+    model refuses the entry)."""
+    return GpuPowerSpec(
+        count=count,
+        idle_w=g.idle_w,
+        max_w=g.max_w,
+        min_cap_w=g.min_w,
+        knee_w=g.cap_knee_w,
+        floor_w=g.cap_floor_w,
+        cap_exponent=g.cap_exponent,
+    )
 
 
 def node_spec(
@@ -76,50 +133,40 @@ def node_spec(
     sockets = view.sockets or 1
     cpu_key = view.cpu_model if view.cpu_model in catalog.cpus else None
     cpu: CpuPowerSpec | None = None
+    cpu_speed = 1.0
     if cpu_key is not None:
         c = catalog.cpu(cpu_key)
-        # Measured curves are wall power and can top TDP; a 100 % cap must still mean uncapped.
-        peak = max([c.tdp_w, *(w for _, w in c.curve)])
         try:
-            cpu = CpuPowerSpec(
-                sockets=sockets,
-                idle_w=c.idle_w,
-                max_w=peak,
-                min_cap_w=peak * CPU_MIN_CAP_FRACTION,
-                curve=c.curve,
+            cpu = _cpu_part(
+                sockets,
+                c.tdp_w,
+                c.idle_w,
+                c.curve,
                 nominal_ghz=c.base_ghz,
                 boost_ghz=c.boost_ghz,
+                all_core_ghz=c.all_core_ghz,
             )
+            cpu_speed = c.all_core_ghz / REFERENCE_CPU_GHZ
         except ValueError as exc:
             _unusable(cpu_key, exc)
     if cpu is None:
-        cpu = CpuPowerSpec(
-            sockets=sockets,
-            idle_w=GENERIC_CPU_IDLE_W,
-            max_w=GENERIC_CPU_MAX_W,
-            min_cap_w=GENERIC_CPU_MAX_W * CPU_MIN_CAP_FRACTION,
-        )
+        cpu = _cpu_part(sockets, GENERIC_CPU_MAX_W, GENERIC_CPU_IDLE_W)
     gpu_count = view.gpu_count
     gpu: GpuPowerSpec | None = None
+    compute = memory = 1.0
     if gpu_count > 0:
         gpu_key = view.gpu_model if view.gpu_model in catalog.gpus else None
         if gpu_key is not None:
             g = catalog.gpu(gpu_key)
             try:
-                gpu = GpuPowerSpec(
-                    count=gpu_count,
-                    idle_w=g.idle_w,
-                    max_w=g.max_w,
-                    min_cap_w=g.min_w,
-                    speed_exponent=g.speed_exponent,
-                )
+                gpu = gpu_power_spec(g, gpu_count)
+                compute = g.dense_tensor_tflops / REFERENCE_GPU_TFLOPS
+                memory = g.memory_bandwidth_gbs / REFERENCE_GPU_MEMORY_GBS
             except ValueError as exc:
                 _unusable(gpu_key, exc)
         if gpu is None:
-            idle, peak, floor, exponent = GENERIC_GPU
-            gpu = GpuPowerSpec(
-                count=gpu_count, idle_w=idle, max_w=peak, min_cap_w=floor, speed_exponent=exponent
-            )
+            idle, peak, floor = GENERIC_GPU
+            gpu = GpuPowerSpec(count=gpu_count, idle_w=idle, max_w=peak, min_cap_w=floor)
     summary = HardwareSummary(
         cpu_model=view.cpu_model,
         sockets=sockets,
@@ -128,7 +175,8 @@ def node_spec(
         cpu_max_w=cpu.max_w * sockets,
         gpu_max_w_per_gpu=gpu.max_w if gpu else 0.0,
     )
-    return NodePowerSpec(cpu=cpu, gpu=gpu), summary
+    throughput = Throughput(cpu=cpu_speed, gpu_compute=compute, gpu_memory=memory)
+    return NodePowerSpec(cpu=cpu, gpu=gpu, throughput=throughput), summary
 
 
 _reported: set[str] = set()
@@ -151,15 +199,19 @@ def _fraction(pod: SlimPod, key: str) -> float:
 
 
 def node_load(pods: Iterable[SlimPod], cores: float, gpu_count: int) -> Load:
-    """Demanded utilisation from the running pods bound to a node."""
+    """Demanded utilisation from the running pods bound to a node. Each pod's GPUs are whole
+    boards of their own, taken in the order the pods come, busy at the pod's GPU utilisation."""
     cpu = 0.0
-    gpu = 0.0
+    boards: list[float] = []
     for pod in pods:
         cpu += pod.cpu_millis / 1000 * _fraction(pod, keys.SIM_CPU_UTILIZATION_ANNOTATION)
-        gpu += pod.gpus * _fraction(pod, keys.SIM_GPU_UTILIZATION_ANNOTATION)
+        if pod.gpus and len(boards) < gpu_count:
+            util = _fraction(pod, keys.SIM_GPU_UTILIZATION_ANNOTATION)
+            boards.extend([util] * min(pod.gpus, gpu_count - len(boards)))
     return Load(
         cpu_util=min(cpu / cores, 1.0),
-        gpu_util=min(gpu / gpu_count, 1.0) if gpu_count else 0.0,
+        gpu_util=math.fsum(boards) / gpu_count if gpu_count else 0.0,
+        gpu_boards=tuple(boards),
     )
 
 
@@ -265,7 +317,8 @@ class Simulation:
             sim_time_s=max(t, 0.0),
             power=PowerReading(
                 node_w=state.cpu_w + gpu_total,
-                cpu_package_w=state.cpu_w,
+                # The platform share of the sockets' power (memory, fans) is no package power.
+                cpu_package_w=state.cpu_w - sim.spec.cpu.platform_w * sim.spec.cpu.sockets,
                 gpu_total_w=gpu_total,
                 gpu_per_gpu_w=state.gpu_w_per_gpu,
             ),

@@ -97,6 +97,13 @@ class Workload:
     def gang(self) -> bool:
         return self.pods > 1
 
+    @property
+    def memory_bound(self) -> bool:
+        """GPU work bound by memory bandwidth rather than compute: inference (the generator's
+        ``gpu-inference``, a trace's ``inference`` workload type); it scales with a board's
+        memory bandwidth, other GPU work with its compute."""
+        return "inference" in self.kind.lower()
+
 
 def workload_problem(w: Workload) -> tuple[str, str] | None:
     """The first rule ``w`` breaks, as (field, reason), or None when it is valid."""
