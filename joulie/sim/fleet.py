@@ -25,7 +25,7 @@ from joulie.api.quantity import parse_quantity
 from joulie.api.telemetry import HardwareSummary
 from joulie.core.intents import IntentConfig
 from joulie.core.pod_power import NodePowerProfile, node_power_profile
-from joulie.core.power_model import NodePowerSpec
+from joulie.core.power_model import NodePowerSpec, Throughput
 from joulie.core.twin import TwinHardware, twin_hardware
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view
@@ -34,7 +34,7 @@ from joulie.hardware.unknown_models import Kind, UnknownModel, unknown_models, u
 from joulie.kube.projections import SlimNode
 from joulie.sim.simulation import node_spec
 
-__all__ = ["Fleet", "GroupModel", "build_fleet", "inventory_unknown_models"]
+__all__ = ["Fleet", "GroupModel", "build_fleet", "group_throughputs", "inventory_unknown_models"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -85,12 +85,33 @@ class Fleet:
         return self.model(node).view.family
 
 
-def _group_model(group: NodeGroup, catalog: Catalog, config: IntentConfig) -> GroupModel:
+def _first_node(group: NodeGroup) -> SlimNode:
+    """The group's first node as the live roles' cache would hold it."""
     labels = {**group.hardware_labels(), keys.MANAGED_LABEL: "true"}
-    annotations = group.hardware_annotations()
-    capacity = group.capacity()
     first = group.node_names()[0]
-    slim = SlimNode(first, labels, annotations, capacity, False, True, False, first)
+    return SlimNode(
+        first, labels, group.hardware_annotations(), group.capacity(), False, True, False, first
+    )
+
+
+def group_throughputs(
+    inventory: Inventory,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> list[Throughput]:
+    """How fast each inventory group's parts work against the reference parts, in group order
+    (what the generator sizes its offered load by)."""
+    product_keys = tuple(gpu_product_label_keys)
+    return [node_spec(_first_node(g), catalog, product_keys)[0].throughput for g in inventory.nodes]
+
+
+def _group_model(group: NodeGroup, catalog: Catalog, config: IntentConfig) -> GroupModel:
+    slim = _first_node(group)
+    labels, annotations, capacity = (
+        dict(slim.labels),
+        dict(slim.annotations),
+        dict(slim.allocatable),
+    )
     power, summary = node_spec(slim, catalog, config.gpu_product_label_keys)
     hardware = NodeHardwareStatus.model_validate(simulated_hardware(summary, catalog))
     view = hardware_view(

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from joulie.api.inventory import Inventory, NodeGroup
 from joulie.api.workload import DisruptionMode
+from joulie.core.power_model import Throughput
 from joulie.sim.arrivals import arrival_times, diurnal_rate
 from joulie.sim.generator_options import ARRIVAL_PROCESSES, GeneratorOptions, check_number
 from joulie.sim.trace import Workload
@@ -111,26 +112,43 @@ class _Part:
     """Cores (CPU part) or GPUs (GPU part) the budget is a share of."""
 
 
-def _parts(inventory: Inventory, options: GeneratorOptions) -> list[_Part]:
+def _parts(
+    inventory: Inventory, options: GeneratorOptions, speeds: Sequence[Throughput] | None
+) -> list[_Part]:
     groups = list(inventory.nodes)
-    cpu_only = [g for g in groups if g.gpu_resource is None]
+    speed = list(speeds) if speeds is not None else [Throughput()] * len(groups)
+    if len(speed) != len(groups):
+        raise ValueError(f"speeds: {len(speed)} given for {len(groups)} inventory groups")
+    pairs = list(zip(groups, speed, strict=True))
+    cpu_only = [(g, t) for g, t in pairs if g.gpu_resource is None]
     parts: list[_Part] = []
     cpu_kinds = tuple(KINDS.index(k) for k in _CPU_KINDS)
     if cpu_only:
-        parts.append(_part(cpu_kinds, None, cpu_only, _cores(cpu_only)))
+        parts.append(_part(cpu_kinds, None, [g for g, _ in cpu_only], _cores(cpu_only)))
     elif groups:
         share = options.cpu_load_on_gpu_nodes
-        parts.append(_part(cpu_kinds, None, groups, _cores(groups) * share))
+        parts.append(_part(cpu_kinds, None, groups, _cores(pairs) * share))
     gpu_kinds = tuple(KINDS.index(k) for k in _GPU_KINDS)
+    # The budget is reference work: a board twice as fast does twice the work in the same time.
+    # Inference runs at a board's memory speed, the rest at its compute speed, in the mix drawn.
+    memory_share = options.gpu_inference_share / sum(
+        getattr(options, KINDS[k].share_option) for k in gpu_kinds
+    )
     for resource in sorted({g.gpu_resource for g in groups if g.gpu_resource is not None}):
-        members = [g for g in groups if g.gpu_resource == resource]
-        gpus = sum(g.replicas * g.gpu_count for g in members)
-        parts.append(_part(gpu_kinds, resource, members, float(gpus)))
+        members = [(g, t) for g, t in pairs if g.gpu_resource == resource]
+        gpus = sum(
+            g.replicas
+            * g.gpu_count
+            * (memory_share * t.gpu_memory + (1.0 - memory_share) * t.gpu_compute)
+            for g, t in members
+        )
+        parts.append(_part(gpu_kinds, resource, [g for g, _ in members], float(gpus)))
     return [p for p in parts if p.capacity > 0]
 
 
-def _cores(groups: Sequence[NodeGroup]) -> float:
-    return float(sum(g.replicas * g.cpu_cores for g in groups))
+def _cores(groups: Sequence[tuple[NodeGroup, Throughput]]) -> float:
+    """Cores of the groups, each counted at its speed against the reference core."""
+    return float(sum(g.replicas * g.cpu_cores * t.cpu for g, t in groups))
 
 
 def _part(
@@ -268,10 +286,18 @@ def _fill(rng: np.random.Generator, part: _Part, options: GeneratorOptions, budg
 
 
 def generate(
-    inventory: Inventory, options: GeneratorOptions, seed: int, hours: float
+    inventory: Inventory,
+    options: GeneratorOptions,
+    seed: int,
+    hours: float,
+    speeds: Sequence[Throughput] | None = None,
 ) -> list[Workload]:
     """Workloads arriving over ``hours`` on ``inventory``, sorted by submit time, ids
-    ``w000001``... in that order. The same arguments always give the same list."""
+    ``w000001``... in that order. The same arguments always give the same list.
+
+    ``speeds``: how fast each inventory group's parts work against the reference parts (a
+    workload's ``work_s`` is its run time there), in group order; the offered load is then a
+    share of what the cluster can do at its own speed. None: every part at reference speed."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
     check_number("hours", hours, low=0.0, low_open=True)
@@ -280,7 +306,7 @@ def generate(
     drawn: list[_Jobs] = []
     resources: list[str | None] = []
     times: list[FloatArray] = []
-    for part in _parts(inventory, options):
+    for part in _parts(inventory, options, speeds):
         jobs = _fill(rng, part, options, options.load * part.capacity * horizon_s)
         drawn.append(jobs)
         resources.append(part.resource)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from joulie.api.inventory import Inventory, NodeGroup, load_inventory, parse_inventory
 from joulie.api.workload import DisruptionMode
+from joulie.core.power_model import Throughput
 from joulie.sim.generator import GeneratorOptions, diurnal_rate, generate
 from joulie.sim.trace import Workload, dump_trace, parse_trace
 
@@ -93,6 +94,29 @@ def test_offered_load_matches_the_option_for_cpu_and_each_gpu_kind(name: str, ho
     assert set(per_kind) == set(gpus) == {"nvidia.com/gpu", "amd.com/gpu"}
     for resource, count in gpus.items():
         assert per_kind[resource] == pytest.approx(load * count * hours, rel=0.15), resource
+
+
+def test_offered_load_is_reference_work_sized_to_what_the_parts_can_do() -> None:
+    # Parts twice as fast as the reference do twice the reference work in an hour, so the same
+    # load offers them twice the work; memory-bound inference counts at the memory speed.
+    inv = inventory("02-cluster-nodes")
+    groups = len(inv.nodes)
+    plain = generate(inv, GeneratorOptions(), seed=5, hours=24)
+    fast = generate(
+        inv, GeneratorOptions(), seed=5, hours=24, speeds=[Throughput(2.0, 2.0, 2.0)] * groups
+    )
+    assert cpu_core_hours(fast) == pytest.approx(2 * cpu_core_hours(plain), rel=0.1)
+    for resource, hours in gpu_hours(plain).items():
+        assert gpu_hours(fast)[resource] == pytest.approx(2 * hours, rel=0.1), resource
+    memory_only = generate(
+        inv, GeneratorOptions(), seed=5, hours=24, speeds=[Throughput(1.0, 1.0, 3.0)] * groups
+    )
+    share = GeneratorOptions().gpu_inference_share
+    for resource, hours in gpu_hours(plain).items():
+        expected = hours * (1 + 2 * share)
+        assert gpu_hours(memory_only)[resource] == pytest.approx(expected, rel=0.1), resource
+    with pytest.raises(ValueError, match="inventory groups"):
+        generate(inv, GeneratorOptions(), seed=5, hours=24, speeds=[Throughput()])
 
 
 def test_a_lower_load_submits_less_work() -> None:
