@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import csv
 import itertools
-import statistics
-from collections import defaultdict
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.calibration import (
+    BOARDS,
+    ENERGY_TOLERANCE,
+    THROUGHPUT_TOLERANCE,
+    ZEUS,
+    catalog_board,
+    modelled,
+    zeus_medians,
+)
 from joulie.core.power_model import (
     Controls,
     CpuPowerSpec,
@@ -28,57 +34,10 @@ from joulie.core.power_model import (
     board_steady,
     steady_state,
 )
-from joulie.hardware.catalog import Catalog
-from joulie.sim.simulation import gpu_power_spec
 
-ZEUS = Path(__file__).parent.parent / "data" / "zeus"
-REACHES_THE_LIMIT = 0.8
-"""Workloads whose uncapped average draw is at least this share of the board's maximum."""
-
-THROUGHPUT_TOLERANCE = 0.065
-ENERGY_TOLERANCE = 0.05
-"""Absolute, in shares of the uncapped run. The law has three parameters per board and is fitted
-to every limit at once; the median workload still draws a little under the board's maximum, so
-the model errs on the pessimistic side near the top (docs/calibration.md)."""
-
-
-def zeus_medians(gpu: str, max_w: int) -> dict[int, tuple[float, float]]:
-    """Power limit -> (median relative throughput, median relative energy per unit of work)."""
-    runs: dict[tuple[str, ...], dict[int, tuple[float, float]]] = defaultdict(dict)
-    with (ZEUS / f"summary_power_{gpu}.csv").open() as f:
-        for row in csv.DictReader(f):
-            key = (row["dataset"], row["network"], row["batch_size"], row["optimizer"])
-            runs[key][int(row["power_limit"])] = (
-                float(row["time_per_epoch"]),
-                float(row["average_power"]),
-            )
-    chosen = [r for r in runs.values() if r[max_w][1] >= REACHES_THE_LIMIT * max_w]
-    medians = {}
-    for limit in sorted({limit for r in chosen for limit in r}):
-        at = [r for r in chosen if limit in r]
-        t0 = [r[max_w][0] for r in at]
-        throughput = [t / r[limit][0] for t, r in zip(t0, at, strict=True)]
-        energy = [r[limit][0] * r[limit][1] / (r[max_w][0] * r[max_w][1]) for r in at]
-        medians[limit] = (statistics.median(throughput), statistics.median(energy))
-    return medians
-
-
-def catalog_board(reported_name: str) -> GpuPowerSpec:
-    catalog = Catalog.load()
-    match = catalog.match_gpu(reported_name)
-    assert match.key is not None, reported_name
-    return gpu_power_spec(catalog.gpu(match.key), 1)
-
-
-def modelled(board: GpuPowerSpec, cap_w: float) -> tuple[float, float]:
-    """(throughput, energy per unit of work) of a fully busy board at ``cap_w``, relative to the
-    board uncapped."""
-    free_w, free_speed, _ = board_steady(board, 1.0, Controls())
-    watts, speed, _ = board_steady(board, 1.0, Controls(gpu_cap_w=cap_w))
-    return speed / free_speed, (watts / speed) / (free_w / free_speed)
-
-
-BOARDS = [("Tesla V100-PCIE-32GB", "v100", 250), ("NVIDIA A40", "a40", 300)]
+# The tolerances (bench.calibration) are absolute, in shares of the uncapped run. The law has
+# three parameters per board, fitted to every limit at once; the median workload still draws a
+# little under the board's maximum, so the model errs on the pessimistic side near the top.
 
 
 @pytest.mark.parametrize(("name", "gpu", "max_w"), BOARDS)
@@ -86,7 +45,7 @@ BOARDS = [("Tesla V100-PCIE-32GB", "v100", 250), ("NVIDIA A40", "a40", 300)]
 def test_the_gpu_law_meets_the_zeus_medians(name: str, gpu: str, max_w: int, cap_w: int) -> None:
     board = catalog_board(name)
     assert board.max_w == max_w
-    measured_throughput, measured_energy = zeus_medians(gpu, max_w)[cap_w]
+    measured_throughput, measured_energy, _ = zeus_medians(gpu, max_w)[cap_w]
     throughput, energy = modelled(board, cap_w)
     assert throughput == pytest.approx(measured_throughput, abs=THROUGHPUT_TOLERANCE)
     assert energy == pytest.approx(measured_energy, abs=ENERGY_TOLERANCE)
