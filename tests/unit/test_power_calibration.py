@@ -167,3 +167,16 @@ def test_a_package_cap_is_held_against_package_power() -> None:
     capped = steady_state(node, Load(cpu_util=1.0), Controls(cpu_cap_w=250.0))
     assert capped.cpu_cap_binding
     assert capped.cpu_w == pytest.approx(250.0 + 80.0)
+
+
+def test_memory_bound_work_that_never_reaches_the_cap_runs_at_full_speed() -> None:
+    # A board kept 40 % busy (memory- or input-bound work) draws 100 + 0.4 x 600 = 340 W: a cap
+    # at 60 % of the maximum (420 W) never binds on it, and it loses nothing.
+    board = GpuPowerSpec(count=1, idle_w=100.0, max_w=700.0, min_cap_w=200.0)
+    watts, speed, binding = board_steady(board, 0.4, Controls(gpu_cap_w=420.0))
+    assert (watts, speed, binding) == (pytest.approx(340.0), 1.0, False)
+    # The same cap on a fully busy board costs throughput and saves energy per unit of work.
+    watts, speed, binding = board_steady(board, 1.0, Controls(gpu_cap_w=420.0))
+    assert binding
+    assert speed < 1.0
+    assert watts / speed < 700.0
