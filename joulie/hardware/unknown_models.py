@@ -18,7 +18,15 @@ from typing import Literal
 from joulie.hardware.catalog import Catalog, model_key
 from joulie.hardware.recognition import HardwareView
 
-__all__ = ["WARNED", "Kind", "UnknownModel", "WarnedOnce", "unknown_models", "unknown_parts"]
+__all__ = [
+    "MAX_REMEMBERED",
+    "WARNED",
+    "Kind",
+    "UnknownModel",
+    "WarnedOnce",
+    "unknown_models",
+    "unknown_parts",
+]
 
 Kind = Literal["CPU", "GPU"]
 
@@ -76,8 +84,14 @@ def unknown_models(seen: Iterable[tuple[Kind, str | None, int]]) -> list[Unknown
     return list(found.values())
 
 
+MAX_REMEMBERED = 1024
+"""Models a registry remembers. Node labels name them, so a cluster could name any number: past
+this many, further unknown models are not warned about (the memory stays bounded, and a log
+that already named a thousand models has made its point)."""
+
+
 class WarnedOnce:
-    """The models already warned about, by :attr:`UnknownModel.key`."""
+    """The models already warned about, by :attr:`UnknownModel.key` (at most MAX_REMEMBERED)."""
 
     def __init__(self) -> None:
         self._keys: set[tuple[Kind, str]] = set()
@@ -88,7 +102,7 @@ class WarnedOnce:
         new: list[UnknownModel] = []
         with self._lock:
             for model in models:
-                if model.key not in self._keys:
+                if model.key not in self._keys and len(self._keys) < MAX_REMEMBERED:
                     self._keys.add(model.key)
                     new.append(model)
         return new

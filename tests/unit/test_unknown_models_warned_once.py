@@ -21,7 +21,15 @@ from joulie.api.inventory import NodeGroup
 from joulie.cli import main as cli
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
-from joulie.hardware.unknown_models import WARNED, Kind, UnknownModel, unknown_models, unknown_parts
+from joulie.hardware.unknown_models import (
+    MAX_REMEMBERED,
+    WARNED,
+    Kind,
+    UnknownModel,
+    WarnedOnce,
+    unknown_models,
+    unknown_parts,
+)
 from joulie.kube.client import KubeClient
 from joulie.manager.cache import ClusterCache
 from joulie.manager.planner import Planner
@@ -238,3 +246,10 @@ def test_the_manager_logs_each_unknown_model_once_per_process() -> None:
         ("warning", "CPU", "Zephyr-ZX-9999", 3),
         ("warning", "GPU", "NVIDIA-Quantum-Q9000", 3),
     ]
+
+
+def test_the_registry_remembers_a_bounded_number_of_models() -> None:
+    registry = WarnedOnce()
+    many = [UnknownModel("GPU", f"Quantum Q{i}", 1) for i in range(MAX_REMEMBERED + 10)]
+    assert len(registry.first_time(many)) == MAX_REMEMBERED
+    assert registry.first_time(many) == []
