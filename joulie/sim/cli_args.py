@@ -34,7 +34,8 @@ def add_parser(sub: Any) -> None:
         help="simulate Joulie on a virtual cluster: energy against job time, per baseline",
         description="Runs the embedded default scenario (a heterogeneous 500-node inventory "
         "of 8 hardware families, a generated day of work) for baselines A (no Joulie), B "
-        "(static_partition) and C (queue_aware_v1) and prints a comparison table. The options "
+        "(static_partition) and C (queue_aware_v1) and prints a comparison table; "
+        "--scenario steady-state runs a week with a day of warm-up instead. The options "
         "change the inventory, the workload, the baselines and seeds; the sub-commands run "
         "sweeps.",
     )
@@ -46,7 +47,16 @@ def add_parser(sub: Any) -> None:
     )
     simulate.add_argument("--trace", help="a JSONL workload trace (default: generate one)")
     simulate.add_argument(
-        "--hours", type=float, default=24.0, help="hours of arrivals to generate (default 24)"
+        "--hours",
+        type=float,
+        help="hours of arrivals to generate (default 24; steady-state: 168)",
+    )
+    simulate.add_argument(
+        "--warmup-hours",
+        type=float,
+        help="measure only from here to the end of arrivals: energy, completed work and the "
+        "slowdown of the work submitted in that window, savings taken over it (default none; "
+        "steady-state: 24)",
     )
     simulate.add_argument(
         "--limit-hours",
@@ -56,7 +66,7 @@ def add_parser(sub: Any) -> None:
     simulate.add_argument(
         "--baselines", default="A,B,C", help="comma list of A, B, C (default A,B,C)"
     )
-    simulate.add_argument("--seeds", default="1", help="comma list of seeds (default 1)")
+    simulate.add_argument("--seeds", help="comma list of seeds (default 1; steady-state: 1,2,3)")
     simulate.add_argument(
         "--governors",
         action="store_true",
@@ -90,7 +100,13 @@ def add_parser(sub: Any) -> None:
     simulate.add_argument(
         "--workers", type=int, default=1, help="runs in parallel on this machine (default 1)"
     )
-    simulate.add_argument("--scenario", default="default", help="label of the runs in tables")
+    simulate.add_argument(
+        "--scenario",
+        default="default",
+        help="an embedded scenario: 'default' (a day of Poisson arrivals) or 'steady-state' (a "
+        "week of diurnal arrivals at offered load 0.6, the first day a warm-up, seeds 1,2,3); "
+        "any other name labels the runs of the default settings. Options given still win.",
+    )
     _common_output(simulate)
 
     commands = simulate.add_subparsers(dest="simulate_command", metavar="SUBCOMMAND")

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from joulie.sim.results import RunResult
-from joulie.sim.run_spec import BASELINES, RunSpec
+from joulie.sim.run_spec import BASELINES, RunSpec, preset
 
 __all__ = ["run"]
 
@@ -64,10 +64,14 @@ def _baseline(value: str) -> str:
 
 
 def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
-    """The runs the top-level options ask for: every baseline for every seed."""
+    """The runs the top-level options ask for: every baseline for every seed, from the
+    embedded scenario ``--scenario`` names (the default one for a plain label)."""
+    base = preset(args.scenario)
     baselines = _list(args.baselines, "--baselines", _baseline)
-    seeds = _list(args.seeds, "--seeds", int)
-    generator = _pairs(args.gen, "--gen")
+    seeds = list(base.seeds) if args.seeds is None else _list(args.seeds, "--seeds", int)
+    generator = {**base.generator, **_pairs(args.gen, "--gen")}
+    hours = base.hours if args.hours is None else args.hours
+    warmup = base.warmup_hours if args.warmup_hours is None else args.warmup_hours
     params = _pairs(args.param, "--param")
     lifecycles = {"off": [False], "on": [True], "both": [False, True]}[args.lifecycle]
     # With both, the lifecycle's knobs are for the runs that have it.
@@ -81,11 +85,12 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
                 generator=generator,
                 baseline=baseline,
                 seed=seed,
-                hours=args.hours,
+                hours=hours,
                 limit_hours=args.limit_hours,
                 governors=args.governors,
                 lifecycle=lifecycle,
                 params=params if lifecycle or args.lifecycle == "off" else plain,
+                warmup_hours=warmup,
             )
             for seed in seeds
             for baseline in baselines
@@ -93,7 +98,7 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
         ]
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        where = ".".join(map(str, first["loc"]))
+        where = ".".join(map(str, first["loc"])) or "options"
         raise UsageError(f"{where}: {first['msg']}") from None
 
 

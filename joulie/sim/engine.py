@@ -17,6 +17,11 @@ workload classes mean nothing to the scheduler.
 With the node lifecycle (``Scenario.lifecycle``, any baseline) the loop also wakes for its
 passes, drain re-checks and boot ends (``joulie.sim.lifecycle``), before the scheduling pass;
 its provisioner runs after the pass, on what is left pending. Without it nothing of this runs.
+
+With a measurement window (``Scenario.window``) the energy integration is split at the window's
+two ends and the counters read there, so the result also says what was drawn and done inside
+it (``RunResult.window``). That costs one comparison per event; without a window nothing else
+changes, and the figures are those of a run without it bit for bit.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from joulie.sim.placement import Scheduler
 from joulie.sim.pods import pod_manifest
 from joulie.sim.preempting import plan_preemption
 from joulie.sim.queue import PendingQueue
-from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample
+from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample, WindowResult
 from joulie.sim.trace import Workload
 
 __all__ = ["Engine", "Scenario", "simulate"]
@@ -73,6 +78,16 @@ class Scenario:
     time into the same intervals)."""
     lifecycle: LifecycleSettings | None = None
     """The node lifecycle (``joulie.sim.lifecycle``); None: every node stays on."""
+    window: tuple[float, float] | None = None
+    """The measurement window (start, end) in virtual seconds: energy, completed work and the
+    workloads submitted inside it are also reported apart (``RunResult.window``); None: no
+    window."""
+
+    def __post_init__(self) -> None:
+        if self.window is not None:
+            start, end = self.window
+            if not 0.0 <= start < end:
+                raise ValueError(f"window {self.window}: expected 0 <= start < end")
 
 
 @dataclass(slots=True)
@@ -92,6 +107,8 @@ class _Run:
     """Workloads that could not run even on the empty cluster (never queued)."""
     samples: list[Sample] = field(default_factory=list)
     shares: dict[str, np.ndarray] = field(default_factory=dict)
+    energy_at_marks: list[tuple[float, float]] = field(default_factory=list)
+    """(IT J, facility J) integrated up to each end of the measurement window reached."""
 
 
 class Engine:
@@ -259,6 +276,8 @@ class Engine:
         total = len(jobs)
         last_progress = -1.0
         stopped = False
+        marks = s.window or ()
+        next_mark = marks[0] if marks else math.inf
         while True:
             t_next = min(
                 jobs[arrival].workload.submit_s if arrival < total else math.inf,
@@ -271,6 +290,8 @@ class Engine:
             if t_next > s.limit_s:
                 t_next = s.limit_s  # account the time up to the limit, then stop
                 stopped = True
+            if t_next >= next_mark:
+                next_mark = self._cross_marks(marks, t_next)
             dt = t_next - t
             if dt > 0:
                 for family, row in zip(self.families, counts, strict=True):
@@ -316,6 +337,15 @@ class Engine:
         self._sample_at(t, counts)
         return self._result(t)
 
+    def _cross_marks(self, marks: Sequence[float], t: float) -> float:
+        """Integrate up to each window end at or before ``t`` and read the energy there; return
+        the next end not reached (inf: none left)."""
+        taken = self.run.energy_at_marks
+        while len(taken) < len(marks) and marks[len(taken)] <= t:
+            self.cluster.advance(marks[len(taken)])
+            taken.append((self.cluster.it_energy_j, self.cluster.facility_energy_j))
+        return marks[len(taken)] if len(taken) < len(marks) else math.inf
+
     def _sample_at(self, t: float, counts: np.ndarray) -> None:
         c = self.cluster
         totals = counts.sum(axis=0)
@@ -335,26 +365,37 @@ class Engine:
 
     # --- the result ---------------------------------------------------------------------
 
+    def _window(self, end: float) -> WindowResult | None:
+        """What the run drew and did inside its measurement window. A window end the run did
+        not reach (it finished, or hit its limit, before) is read as the cluster drawing on
+        at its last draw, as a comparison over a longer window reads it (``sim.saving``)."""
+        window = self.scenario.window
+        if window is None:
+            return None
+        c = self.cluster
+        energies = list(self.run.energy_at_marks)
+        for mark in window[len(energies) :]:
+            extra = mark - end
+            energies.append(
+                (c.it_energy_j + c.it_w * extra, c.facility_energy_j + c.it_w * c.pue * extra)
+            )
+        (it0, fac0), (it1, fac1) = energies
+        start, stop = window
+        jobs = self.run.jobs
+        done = [j for j in jobs if j.finished_at is not None and start < j.finished_at <= stop]
+        return WindowResult(
+            start_s=start,
+            end_s=stop,
+            it_energy_kwh=(it1 - it0) / 3.6e6,
+            facility_energy_kwh=(fac1 - fac0) / 3.6e6,
+            completed_work_h=_work_h(done),
+            classes=_classes([j for j in jobs if start <= j.workload.submit_s < stop]),
+        )
+
     def _result(self, end: float) -> RunResult:
         s = self.scenario
         run = self.run
-        classes: dict[str, ClassResult] = {}
-        for name, performance in (("performance", True), ("standard", False)):
-            mine = [j for j in run.jobs if j.workload.performance == performance]
-            done = [j for j in mine if j.finished_at is not None]
-            completion = [j.finished_at - j.workload.submit_s for j in done]  # type: ignore[operator]
-            slowdown = [c / j.workload.work_s for c, j in zip(completion, done, strict=True)]
-            stretch = [
-                (j.finished_at - j.started_at) / j.workload.work_s  # type: ignore[operator]
-                for j in done
-            ]
-            classes[name] = ClassResult(
-                submitted=len(mine),
-                completed=len(done),
-                completion_s=Percentiles.of(completion),
-                slowdown=Percentiles.of(slowdown),
-                stretch=Percentiles.of(stretch),
-            )
+        classes = _classes(run.jobs)
         finished = [j.finished_at for j in run.jobs if j.finished_at is not None]
         first = min((j.workload.submit_s for j in run.jobs), default=0.0)
         unfinished = len(run.jobs) - len(finished) - run.unplaceable
@@ -389,8 +430,39 @@ class Engine:
             unplaceable=run.unplaceable,
             idle_it_w=self.cluster.it_w,
             idle_facility_w=self.cluster.it_w * self.cluster.pue,
+            completed_work_h=_work_h([j for j in run.jobs if j.finished_at is not None]),
             lifecycle=self.lifecycle.close(end) if self.lifecycle is not None else None,
+            window=self._window(end),
         )
+
+
+def _classes(jobs: Sequence[Job]) -> dict[str, ClassResult]:
+    """Per class, the workloads' completion time, slowdown and stretch (completed ones)."""
+    classes: dict[str, ClassResult] = {}
+    for name, performance in (("performance", True), ("standard", False)):
+        mine = [j for j in jobs if j.workload.performance == performance]
+        done = [j for j in mine if j.finished_at is not None]
+        completion = [j.finished_at - j.workload.submit_s for j in done]  # type: ignore[operator]
+        # Against the run time on the parts it ran on, uncontrolled: a job on a slower board is
+        # not slowed down by Joulie, and one on a faster board not sped up by it.
+        slowdown = [c / j.ideal_s for c, j in zip(completion, done, strict=True)]
+        stretch = [
+            (j.finished_at - j.started_at) / j.ideal_s  # type: ignore[operator]
+            for j in done
+        ]
+        classes[name] = ClassResult(
+            submitted=len(mine),
+            completed=len(done),
+            completion_s=Percentiles.of(completion),
+            slowdown=Percentiles.of(slowdown),
+            stretch=Percentiles.of(stretch),
+        )
+    return classes
+
+
+def _work_h(done: Sequence[Job]) -> float:
+    """Pods x work at full speed of the given (completed) workloads, in hours."""
+    return sum(j.workload.pods * j.workload.work_s for j in done) / 3600.0
 
 
 def simulate(scenario: Scenario, progress: Progress | None = None) -> RunResult:

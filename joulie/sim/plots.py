@@ -9,11 +9,15 @@ by name) and say in the title how many were left out, rather than an unreadable 
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from joulie.sim.result_io import canonical_float
 from joulie.sim.results import RunResult
+from joulie.sim.saving import energy_per_work_h, savings
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,6 +31,11 @@ OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 """Legends go right of the axes, where they cannot hide a point or a bar."""
 
 
+SAVE_BBOX = "tight"
+"""Every chart is saved cropped to what it draws ("tight" takes in the legends placed outside
+the axes, which tight_layout ignores; an artist clipped to the axes is not taken in)."""
+
+
 def _figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
@@ -37,8 +46,7 @@ def _figure(width: float, height: float) -> Figure:
 
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
-    # "tight" takes in the legends placed outside the axes, which tight_layout ignores.
-    fig.savefig(path, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(path, format="png", dpi=DPI, bbox_inches=SAVE_BBOX)
     return path
 
 
@@ -57,51 +65,125 @@ def _omitted(title: str, left_out: int) -> str:
     return f"{title} (+{left_out} scenarios not drawn)" if left_out else title
 
 
+@dataclass(frozen=True, slots=True)
+class EnergyPoint:
+    """One run's marker on the energy-against-makespan chart (also its CSV row)."""
+
+    scenario: str
+    baseline: str
+    seed: int
+    makespan_h: float
+    kwh_per_work_h: float
+    """Facility kWh per completed work-hour (``joulie.sim.saving.energy_per_work_h``)."""
+    saving_pct: float | None
+    """Its saving per work-hour against baseline A of the same scenario and seed (None: the
+    run is A, or has no A)."""
+
+
+ENERGY_TITLE = "Facility energy per completed work-hour against makespan"
+ENERGY_SUBTITLE = "labels: saving per work-hour against baseline A of the same seed"
+ENERGY_CSV_COLUMNS = tuple(f.name for f in fields(EnergyPoint))
+
+
+def energy_points(results: Sequence[RunResult]) -> tuple[list[EnergyPoint], int]:
+    """The markers of :func:`energy_vs_makespan`, and how many runs are not drawn (work left
+    unfinished: no makespan; or no completed work: no energy per work-hour)."""
+    points: list[EnergyPoint] = []
+    left_out = 0
+    for r, s in zip(results, savings(results), strict=True):
+        per_work = energy_per_work_h(r)
+        if r.makespan_s is None or per_work is None:
+            left_out += 1
+            continue
+        pct = s.per_work_h_saving_pct if s is not None else None
+        points.append(
+            EnergyPoint(r.scenario, r.baseline, r.seed, r.makespan_s / 3600.0, per_work, pct)
+        )
+    return points, left_out
+
+
+def saving_label(pct: float) -> str:
+    """How a marker's saving per work-hour is written next to it."""
+    return f"saving {pct:.1f} %"
+
+
 def energy_vs_makespan(results: Sequence[RunResult], path: str | Path) -> Path:
-    """Facility kWh against makespan (h): a marker per run, colour per baseline, marker shape
-    per scenario. Runs that left work unfinished have no makespan and are counted, not drawn."""
+    """:func:`energy_figure` as a PNG at ``path``."""
+    return _save(energy_figure(results), path)
+
+
+def energy_figure(results: Sequence[RunResult]) -> Figure:
+    """Facility kWh per completed work-hour (the per-work-hour figure of
+    ``joulie.sim.saving``) against makespan (h): a marker per run, colour per baseline, marker
+    shape per scenario, each run other than A labelled with its saving per work-hour against A
+    (as in the table, one decimal).
+    Runs that left work unfinished have no makespan and are counted, not drawn."""
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
     colours = _baseline_colours(results)
     scenarios = sorted({r.scenario for r in results})
     marker = {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(scenarios)}
-    unfinished = 0
-    for r in results:
-        if r.makespan_s is None:
-            unfinished += 1
-            continue
+    points, unfinished = energy_points(results)
+    for p in points:
         ax.scatter(
-            r.makespan_s / 3600.0,
-            r.facility_energy_kwh,
-            color=colours[r.baseline],
-            marker=marker[r.scenario],
+            p.makespan_h,
+            p.kwh_per_work_h,
+            color=colours[p.baseline],
+            marker=marker[p.scenario],
             edgecolors="black",
             linewidths=0.4,
         )
-    _legends(ax, colours, marker)
+        if p.saving_pct is not None:
+            ax.annotate(
+                saving_label(p.saving_pct),
+                (p.makespan_h, p.kwh_per_work_h),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize="x-small",
+            )
+    _legends(fig, colours, marker)
     ax.set_xlabel("makespan (h)")
-    ax.set_ylabel("facility energy (kWh)")
-    title = "Energy against makespan"
-    ax.set_title(f"{title} ({unfinished} unfinished runs not drawn)" if unfinished else title)
+    inside = " (in the window)" if any(r.window is not None for r in results) else ""
+    ax.set_ylabel(f"facility kWh per completed work-hour{inside}")
+    title = f"{ENERGY_TITLE} ({unfinished} runs not drawn)" if unfinished else ENERGY_TITLE
+    ax.set_title(f"{title}\n{ENERGY_SUBTITLE}", fontsize="medium")
+    ax.margins(0.12)  # room for the labels inside the axes
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
-def _legends(ax: Any, colours: dict[str, Any], marker: dict[str, str]) -> None:
+def write_energy_csv(results: Sequence[RunResult], path: str | Path) -> Path:
+    """The energy chart's markers as CSV (``ENERGY_CSV_COLUMNS``), the figures it draws."""
+    path = Path(path)
+    points, _ = energy_points(results)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(ENERGY_CSV_COLUMNS)
+        for p in points:
+            writer.writerow(
+                [
+                    "" if v is None else repr(canonical_float(v)) if isinstance(v, float) else v
+                    for v in (getattr(p, c) for c in ENERGY_CSV_COLUMNS)
+                ]
+            )
+    return path
+
+
+def _legends(fig: Figure, colours: dict[str, Any], marker: dict[str, str]) -> None:
+    """Legends right of the axes, as figure legends: the constrained layout makes room for
+    them and the saved (tight) figure takes them in (an axes' extra artist would be clipped to
+    the axes)."""
     from matplotlib.lines import Line2D
 
     def handle(**kw: Any) -> Line2D:
         return Line2D([], [], linestyle="none", markeredgecolor="black", **kw)
 
     by_baseline = [handle(marker="o", color=c, label=f"baseline {b}") for b, c in colours.items()]
-    first = ax.legend(handles=by_baseline, fontsize="small", **OUTSIDE)
-    ax.add_artist(first)
+    fig.legend(handles=by_baseline, fontsize="small", loc="outside right upper")
     if len(marker) > 1:
         shown = list(marker.items())[:12]
         by_scenario = [handle(marker=m, color="white", label=s) for s, m in shown]
-        ax.legend(
-            handles=by_scenario, fontsize="small", loc="lower left", bbox_to_anchor=(1.01, 0.0)
-        )
+        fig.legend(handles=by_scenario, fontsize="small", loc="outside right lower")
 
 
 def _first_seed(results: Sequence[RunResult], scenario: str) -> dict[str, RunResult]:

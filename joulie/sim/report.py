@@ -4,10 +4,12 @@ The table has one row per (scenario, baseline), folding the seeds: a single seed
 several show ``mean ± sd`` (sample standard deviation, n-1), because the spread across workloads
 is what says whether a difference between baselines is real.
 
-The saving of a baseline is ``1 - facility / facility_A`` in percent, taken seed by seed against
-baseline A of the same scenario and seed (the same generated workload) and then folded the same
-way; seeds without an A run are left out of it, and no common seed shows ``-``. Both energies
-run to the same end: the later of the two runs' last completions (see :func:`energy_until`).
+The saving columns are ``joulie.sim.saving``'s comparison with baseline A of the same scenario
+and seed (the same generated workload), taken seed by seed and then folded the same way: per
+completed work-hour, and IT and facility energy over the same window, with both runs' energies
+over that window beside it so that each saving can be read off the row. Seeds without an A run
+are left out of them, and no common seed shows ``-``. The kWh columns without ``w`` are each
+run's own, to its own end (or inside its measurement window).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import csv
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 
 from joulie.sim.result_io import canonical_float, results_json
-from joulie.sim.results import LifecycleResult, RunResult, Sample
+from joulie.sim.results import ClassResult, LifecycleResult, RunResult, Sample
+from joulie.sim.saving import REFERENCE_BASELINE, Saving, energy_per_work_h, savings
 
 MISSING = "-"
 SERIES_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Sample))
@@ -52,33 +55,22 @@ def groups(results: Iterable[RunResult]) -> dict[tuple[str, str], list[RunResult
     return {key: sorted(grouped[key], key=lambda r: r.seed) for key in sorted(grouped)}
 
 
-def energy_until(run: RunResult, horizon_s: float) -> float:
-    """Facility kWh of ``run`` until ``horizon_s``: after its last completion the cluster idles
-    on (it does not vanish), drawing ``idle_facility_w``."""
-    extra_s = max(0.0, horizon_s - run.simulated_s)
-    return run.facility_energy_kwh + run.idle_facility_w * extra_s / 3.6e6
+def _measured(run: RunResult) -> tuple[float, float, float]:
+    """(IT kWh, facility kWh, completed work-hours) of the run's own span: from 0 to its own
+    end, or inside its measurement window when it has one."""
+    w = run.window
+    if w is not None:
+        return w.it_energy_kwh, w.facility_energy_kwh, w.completed_work_h
+    return run.it_energy_kwh, run.facility_energy_kwh, run.completed_work_h
 
 
-def savings_pct(runs: Sequence[RunResult], reference: Sequence[RunResult]) -> list[float]:
-    """Facility-energy saving of each run against the reference run of the same seed, in %,
-    both counted until the later of the two finished: a baseline that finishes sooner still
-    has its cluster powered while the other works on, so energy to different end times would
-    reward being slow."""
-    by_seed = {r.seed: r for r in reference}
-    savings = []
-    for r in runs:
-        a = by_seed.get(r.seed)
-        if a is None:
-            continue
-        horizon = max(r.simulated_s, a.simulated_s)
-        reference_kwh = energy_until(a, horizon)
-        if reference_kwh > 0.0:
-            savings.append(100.0 * (1.0 - energy_until(r, horizon) / reference_kwh))
-    return savings
+def _classes(run: RunResult) -> Mapping[str, ClassResult]:
+    """The classes the table reads: with a measurement window, the workloads submitted in it."""
+    return run.window.classes if run.window is not None else run.classes
 
 
 def _p95_slowdown(run: RunResult, cls: str) -> float | None:
-    result = run.classes.get(cls)
+    result = _classes(run).get(cls)
     if result is None or result.completed == 0:
         return None
     return result.slowdown.p95
@@ -97,35 +89,69 @@ def _makespans_h(runs: Sequence[RunResult]) -> list[float]:
     return [s / 3600.0 for s in spans if s is not None]
 
 
-Column = tuple[str, Callable[[Sequence[RunResult], Sequence[RunResult]], str]]
+Compared = Sequence[Saving] | None
+"""A row's comparisons, one per seed that has a reference; None: the row is the reference."""
+Cell = Callable[[Sequence[RunResult], Compared], str]
+Column = tuple[str, Cell]
+
+
+def _own(value: Callable[[RunResult], float | None], decimals: int) -> Cell:
+    """A figure of each run alone, folded over the seeds."""
+    return lambda runs, _c: fold(_present(value(r) for r in runs), decimals)
+
+
+def _versus(value: Callable[[Saving], float | None], decimals: int, reference: str) -> Cell:
+    """A figure of the comparison with A, folded over the seeds; ``reference``: the cell of
+    A's own row."""
+
+    def cell(_runs: Sequence[RunResult], compared: Compared) -> str:
+        if compared is None:
+            return reference
+        return fold(_present(value(s) for s in compared), decimals)
+
+    return cell
+
+
+def _window_h(_runs: Sequence[RunResult], compared: Compared) -> str:
+    """The compared window in hours: its end (from 0), folded over the seeds, or ``start-end``
+    when every seed shares it (a measurement window)."""
+    if compared is None:
+        return MISSING
+    windows = {(s.window_start_s / 3600.0, s.window_end_s / 3600.0) for s in compared}
+    if len(windows) == 1 and (window := windows.pop())[0] > 0.0:
+        return f"{window[0]:g}-{window[1]:g}"
+    return fold([s.window_end_s / 3600.0 for s in compared], 2)
+
 
 COLUMNS: tuple[Column, ...] = (
-    ("seeds", lambda runs, _a: str(len(runs))),
-    ("IT kWh", lambda runs, _a: fold([r.it_energy_kwh for r in runs], 2)),
-    ("facility kWh", lambda runs, _a: fold([r.facility_energy_kwh for r in runs], 2)),
-    ("saving %", lambda runs, a: "ref" if runs is a else fold(savings_pct(runs, a), 1)),
-    ("makespan h", lambda runs, _a: fold(_makespans_h(runs), 2)),
-    (
-        "p95 slowdown perf",
-        lambda runs, _a: fold(_present(_p95_slowdown(r, "performance") for r in runs), 2),
-    ),
-    (
-        "p95 slowdown std",
-        lambda runs, _a: fold(_present(_p95_slowdown(r, "standard") for r in runs), 2),
-    ),
-    ("jobs/h", lambda runs, _a: fold([r.throughput_per_h for r in runs], 1)),
-    ("preemptions", lambda runs, _a: _fold_counts([r.preemptions for r in runs])),
-    ("unfinished", lambda runs, _a: _fold_counts([r.unfinished for r in runs])),
+    ("seeds", lambda runs, _c: str(len(runs))),
+    ("IT kWh", _own(lambda r: _measured(r)[0], 2)),
+    ("fac kWh", _own(lambda r: _measured(r)[1], 2)),
+    ("work-h", _own(lambda r: _measured(r)[2], 1)),
+    ("fac kWh/work-h", _own(energy_per_work_h, 4)),
+    ("saving/work-h %", _versus(lambda s: s.per_work_h_saving_pct, 1, "ref")),
+    ("window h", _window_h),
+    ("IT kWh w", _versus(lambda s: s.it_kwh, 2, MISSING)),
+    ("A IT kWh w", _versus(lambda s: s.reference_it_kwh, 2, MISSING)),
+    ("IT saving %", _versus(lambda s: s.it_saving_pct, 1, "ref")),
+    ("fac kWh w", _versus(lambda s: s.facility_kwh, 2, MISSING)),
+    ("A fac kWh w", _versus(lambda s: s.reference_facility_kwh, 2, MISSING)),
+    ("fac saving %", _versus(lambda s: s.facility_saving_pct, 1, "ref")),
+    ("makespan h", lambda runs, _c: fold(_makespans_h(runs), 2)),
+    ("p95 slowdown perf", _own(lambda r: _p95_slowdown(r, "performance"), 2)),
+    ("p95 slowdown std", _own(lambda r: _p95_slowdown(r, "standard"), 2)),
+    ("jobs/h", _own(lambda r: r.throughput_per_h, 1)),
+    ("preemptions", lambda runs, _c: _fold_counts([r.preemptions for r in runs])),
+    ("unfinished", lambda runs, _c: _fold_counts([r.unfinished for r in runs])),
 )
+"""The saving columns are ``joulie.sim.saving``'s figures, as in results.json and the charts."""
 
 
-def _lifecycle_cell(
-    value: Callable[[LifecycleResult], float], decimals: int | None = None
-) -> Callable[[Sequence[RunResult], Sequence[RunResult]], str]:
+def _lifecycle_cell(value: Callable[[LifecycleResult], float], decimals: int | None = None) -> Cell:
     """A lifecycle figure folded over the runs that had the lifecycle (``-`` for none);
     ``decimals`` None: a count."""
 
-    def cell(runs: Sequence[RunResult], _a: Sequence[RunResult]) -> str:
+    def cell(runs: Sequence[RunResult], _c: Compared) -> str:
         values = [value(r.lifecycle) for r in runs if r.lifecycle is not None]
         if not values:
             return MISSING
@@ -157,11 +183,13 @@ def table_rows(results: Iterable[RunResult]) -> list[list[str]]:
     """The table's cells, header first (what ``comparison_table`` aligns)."""
     results = list(results)
     columns = _columns(results)
-    grouped = groups(results)
+    saving_of = {id(r): s for r, s in zip(results, savings(results), strict=True)}
     rows = [["scenario", "baseline", *(name for name, _ in columns)]]
-    for (scenario, baseline), runs in grouped.items():
-        reference = grouped.get((scenario, "A"), [])
-        rows.append([scenario, baseline, *(cell(runs, reference) for _, cell in columns)])
+    for (scenario, baseline), runs in groups(results).items():
+        compared: Compared = None
+        if baseline != REFERENCE_BASELINE:
+            compared = [s for r in runs if (s := saving_of[id(r)]) is not None]
+        rows.append([scenario, baseline, *(cell(runs, compared) for _, cell in columns)])
     return rows
 
 
@@ -180,17 +208,32 @@ def comparison_table(results: Iterable[RunResult]) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     body = [line(row) for row in rows[1:]]
-    notes = [
-        "",
-        "mean ± sd over seeds; saving %: facility energy against baseline A (ref), same",
-        "scenario and seed, both until the later one finished; makespan -: work unfinished",
-    ]
+    notes = ["", *NOTES]
+    if any(r.window is not None for r in results):
+        notes += WINDOW_NOTES
     if _columns(results) is not COLUMNS:
         notes += [
             "nodes off: mean over the run, powered off by the node lifecycle; cancelled: drains",
             "undone at their re-check (a pending pod could use the node), the rest shut it down",
         ]
     return "\n".join([line(rows[0]), rule, *body, *notes]) + "\n"
+
+
+NOTES = (
+    "mean ± sd over seeds; - : none, or not compared",
+    "IT kWh, fac kWh, work-h: each run's own, from 0 to its own end; work-h: completed work,",
+    "  pods x run time at full speed; fac kWh/work-h: facility energy per work-hour",
+    "window h: the same window for the run and baseline A of its scenario and seed, from 0 to",
+    "  the later end, the cluster that finished first idling on; ... w: energy over it, the",
+    "  run's and A's",
+    "saving %: 1 - run / A, per work-hour and over the window (ref: A itself); makespan -:",
+    "  work unfinished",
+)
+"""Under the table: what each figure is (``joulie.sim.saving`` has the definition)."""
+WINDOW_NOTES = (
+    "with a warm-up (--warmup-hours): own figures and the window are the measurement window",
+    "  (warm-up end to end of arrivals); p95 slowdown of the workloads submitted in it",
+)
 
 
 def _csv_cell(value: float | int) -> str:
@@ -224,7 +267,8 @@ def series_name(result: RunResult) -> str:
 def write_outputs(
     results: Sequence[RunResult], out_dir: str | Path, plots: bool = True
 ) -> list[Path]:
-    """Write results.json, table.txt, a CSV per run and (``plots``) the PNGs; return the paths.
+    """Write results.json, table.txt, a CSV per run and (``plots``) the PNGs, with the energy
+    chart's markers as ``energy_vs_makespan.csv``; return the paths.
 
     Two runs with the same scenario, baseline and seed (a sweep that varied something it did
     not put in the label) would share a CSV name: the later ones get ``-2``, ``-3`` ... so no
@@ -248,6 +292,7 @@ def write_outputs(
         from joulie.sim import plots as charts
 
         written.append(charts.energy_vs_makespan(results, out / "energy_vs_makespan.png"))
+        written.append(charts.write_energy_csv(results, out / "energy_vs_makespan.csv"))
         written.append(charts.power_over_time(results, out / "power_over_time.png"))
         written.append(charts.profile_shares(results, out / "profile_shares.png"))
     return written

@@ -6,6 +6,10 @@ The text is canonical so that two runs of the same specs can be compared with ``
 dropping the last-bit noise a different summation order or numpy build can leave behind.
 Non-finite floats are refused rather than written as ``NaN`` (which is not JSON): a NaN in a
 result is an engine bug, and it should be seen where it is written, not when a table is read.
+
+``results.json`` also gives each run its ``saving`` against its reference (``joulie.sim.saving``):
+it depends on the other runs of the file, so it is derived when the file is written and left
+out when a result is read back (and from a lone ``run-<index>.json``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from joulie.sim.results import (
     Percentiles,
     RunResult,
     Sample,
+    WindowResult,
 )
+from joulie.sim.saving import pairs, section
 
 SIGNIFICANT_DIGITS = 10
 
@@ -66,8 +72,11 @@ def result_json(result: RunResult) -> str:
 
 
 def results_json(results: Sequence[RunResult]) -> str:
-    """Results as a canonical JSON list, in the order given (the form of ``results.json``)."""
-    return canonical_json([r.to_dict() for r in results])
+    """Results as a canonical JSON list, in the order given (the form of ``results.json``),
+    each with its ``saving`` section."""
+    return canonical_json(
+        [{**r.to_dict(), "saving": section(r, reference)} for r, reference in pairs(results)]
+    )
 
 
 def _checked_keys(d: Any, cls: type, where: str) -> dict[str, Any]:
@@ -98,24 +107,36 @@ def _class_result(d: Any, where: str) -> ClassResult:
     return ClassResult(**entries)
 
 
+def _classes(value: Any, where: str) -> dict[str, ClassResult]:
+    return {
+        name: _class_result(c, f"{where}.{name}")
+        for name, c in _checked_mapping(value, where).items()
+    }
+
+
+def _window(d: Any, where: str) -> WindowResult:
+    entries = _checked_keys(d, WindowResult, where)
+    entries["classes"] = _classes(entries["classes"], f"{where}.classes")
+    return WindowResult(**entries)
+
+
 def result_from_dict(d: Mapping[str, Any]) -> RunResult:
     """The inverse of ``RunResult.to_dict`` (after a JSON round trip).
 
     Raises ``ResultFormatError`` naming the first thing wrong: another schema version, a
-    missing or unknown field.
+    missing or unknown field. A ``saving`` section is derived, not read (it is recomputed from
+    the runs whenever it is needed).
     """
     if not isinstance(d, Mapping):
         raise ResultFormatError(f"a result is an object, got {type(d).__name__}")
+    d = {k: v for k, v in d.items() if k != "saving"}
     version = d.get("schema_version")
     if version != RESULT_SCHEMA_VERSION:
         raise ResultFormatError(
             f"schema_version {version!r}: this version of joulie reads {RESULT_SCHEMA_VERSION}"
         )
     entries = _checked_keys(d, RunResult, "result")
-    entries["classes"] = {
-        name: _class_result(c, f"result.classes.{name}")
-        for name, c in _checked_mapping(entries["classes"], "result.classes").items()
-    }
+    entries["classes"] = _classes(entries["classes"], "result.classes")
     entries["profile_shares"] = {
         family: {profile: float(share) for profile, share in shares.items()}
         for family, shares in _checked_mapping(
@@ -130,6 +151,8 @@ def result_from_dict(d: Mapping[str, Any]) -> RunResult:
         entries["lifecycle"] = LifecycleResult(
             **_checked_keys(entries["lifecycle"], LifecycleResult, "result.lifecycle")
         )
+    if entries.get("window") is not None:
+        entries["window"] = _window(entries["window"], "result.window")
     return RunResult(**entries)
 
 

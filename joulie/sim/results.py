@@ -77,6 +77,23 @@ class LifecycleResult:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowResult:
+    """What a run measured inside its measurement window (``--warmup-hours``): the warm-up
+    before ``start_s`` and the tail after ``end_s`` (the end of arrivals) are left out."""
+
+    start_s: float
+    end_s: float
+    it_energy_kwh: float
+    """IT energy drawn between ``start_s`` and ``end_s``."""
+    facility_energy_kwh: float
+    completed_work_h: float
+    """Work of the workloads that completed after ``start_s`` and by ``end_s``: pods x work
+    at full speed (on the reference hardware), in hours."""
+    classes: Mapping[str, ClassResult]
+    """The workloads submitted in [start_s, end_s), per class, wherever they completed."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunResult:
     scenario: str
     baseline: str
@@ -103,8 +120,13 @@ class RunResult:
     """Hardware family -> share of its node-time spent as performance, eco and draining."""
     series: Sequence[Sample] = field(default_factory=tuple)
     idle_it_w: float = 0.0
-    """The cluster's IT draw at the end of the run, all work done (what it draws idling on)."""
+    """The cluster's IT draw at the end of the run, all work done: what it draws idling on
+    after its end when it is compared over a longer window (``joulie.sim.saving``)."""
     idle_facility_w: float = 0.0
+    """The same draw at the facility (times the PUE at the end)."""
+    completed_work_h: float = 0.0
+    """Work of the completed workloads: pods x work at full speed (on the reference hardware,
+    nothing capped), in hours. What energy per work-hour divides by."""
     unplaceable: int = 0
     """Workloads that fit nowhere even on the empty cluster (they would stay pending forever,
     so they are counted here and not waited for)."""
@@ -114,10 +136,13 @@ class RunResult:
     lifecycle: LifecycleResult | None = None
     """None: the run had no node lifecycle (the key is then left out of the dict, so such a
     result reads exactly as before the lifecycle existed)."""
+    window: WindowResult | None = None
+    """None: the run had no measurement window (the key is then left out of the dict)."""
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if self.lifecycle is None:
-            del d["lifecycle"]
+        for optional in ("lifecycle", "window"):
+            if d[optional] is None:
+                del d[optional]
         return d

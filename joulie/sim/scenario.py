@@ -9,7 +9,7 @@ its environment variables default to; a unit test holds them equal) and take the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -23,11 +23,12 @@ from joulie.core.lifecycle_limits import Limits
 from joulie.core.policy import PolicyInputs
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Scenario, simulate
+from joulie.sim.fleet import group_throughputs
 from joulie.sim.generator import GeneratorOptions, generate
 from joulie.sim.lifecycle import LifecycleSettings
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import RunSpec
-from joulie.sim.trace import read_trace
+from joulie.sim.trace import Workload, read_trace
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -169,7 +170,9 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
         workloads = read_trace(Path(spec.trace))
     else:
         options = GeneratorOptions.from_mapping(spec.generator)
-        workloads = generate(inventory, options, spec.seed, spec.hours)
+        catalog = catalog or Catalog.load()
+        speeds = group_throughputs(inventory, catalog)
+        workloads = generate(inventory, options, spec.seed, spec.hours, speeds)
     policy: PolicyInputs | None = None
     config = IntentConfig()
     if spec.baseline != "A":
@@ -185,6 +188,9 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
             **{k: v for k, v in params.items() if k in _INTENT_PARAMS},
         )
     limit_h = spec.limit_hours if spec.limit_hours is not None else spec.hours * RUN_LIMIT_FACTOR
+    window = None
+    if spec.warmup_hours is not None:
+        window = (spec.warmup_hours * 3600.0, _arrivals_end_s(spec, workloads))
     return Scenario(
         name=spec.scenario,
         baseline=spec.baseline
@@ -198,8 +204,23 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
         config=config,
         limit_s=limit_h * 3600.0,
         lifecycle=lifecycle,
+        window=window,
         **{k: v for k, v in params.items() if k in _ENGINE_PARAMS},
     )
+
+
+def _arrivals_end_s(spec: RunSpec, workloads: Sequence[Workload]) -> float:
+    """Where a measurement window ends: the end of the generated arrivals, or a trace's last
+    submission."""
+    if spec.trace is None:
+        return spec.hours * 3600.0
+    end = max((w.submit_s for w in workloads), default=0.0)
+    if spec.warmup_hours is not None and spec.warmup_hours * 3600.0 >= end:
+        raise ValueError(
+            f"warmup_hours {spec.warmup_hours:g}: the trace's last submission is at "
+            f"{end / 3600.0:g} h, so nothing would be measured"
+        )
+    return end
 
 
 def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunResult:

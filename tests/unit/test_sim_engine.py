@@ -4,6 +4,7 @@ sane in what it reports (energy, job time, placement)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +23,10 @@ from joulie.hardware.catalog import Catalog
 from joulie.hardware.simulated import simulated_hardware
 from joulie.sim.engine import Engine, Scenario
 from joulie.sim.pods import pod_manifest
-from joulie.sim.report import savings_pct
 from joulie.sim.result_io import results_json
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import BASELINES, RunSpec
+from joulie.sim.saving import compare
 from joulie.sim.scenario import DEFAULT_POLICY, load_named_inventory, run, scenario_of
 from joulie.sim.trace import Workload
 
@@ -139,8 +140,11 @@ def test_in_the_default_scenario_b_and_c_use_less_energy_than_a(
 ) -> None:
     a = default_runs["A"][1]
     for baseline in ("B", "C"):
-        saving = savings_pct([default_runs[baseline][1]], [a])
-        assert saving[0] > 0.0, baseline
+        saving = compare(default_runs[baseline][1], a)
+        assert saving.facility_saving_pct is not None
+        assert saving.facility_saving_pct > 0.0, baseline
+        assert saving.it_saving_pct is not None
+        assert saving.it_saving_pct > 0.0, baseline
 
 
 def test_caps_never_make_a_job_run_faster_than_without_joulie(
@@ -151,7 +155,9 @@ def test_caps_never_make_a_job_run_faster_than_without_joulie(
         for job in engine.run.jobs:
             assert job.finished_at is not None
             assert job.started_at is not None
-            stretch = (job.finished_at - job.started_at) / job.workload.work_s
+            # Against the run time on the parts it ran on, uncontrolled (a faster board is no
+            # saving and a slower one no cost of Joulie's).
+            stretch = (job.finished_at - job.started_at) / job.ideal_s
             if baseline == "A":
                 assert stretch == pytest.approx(1.0), job.workload.id
             else:
@@ -236,19 +242,25 @@ def test_a_higher_priority_gang_preempts_a_whole_all_or_nothing_gang_which_resta
     assert result.preempted_pods == 2
     assert jobs["low"].preempted == 1
     assert jobs["high"].started_at == pytest.approx(600.0)
-    # The gang starts over once the urgent job is done, and runs its whole work again.
-    assert jobs["low"].started_at == pytest.approx(600.0 + 3600.0)
-    assert jobs["low"].finished_at == pytest.approx(600.0 + 2 * 3600.0)
+    # The gang starts over once the urgent job is done, and runs its whole work again (an hour
+    # of work on the reference board takes ideal_s on an H100 NVL).
+    hour_here = jobs["high"].ideal_s
+    assert hour_here < 3600.0
+    assert jobs["low"].ideal_s == pytest.approx(hour_here)
+    assert jobs["low"].started_at == pytest.approx(600.0 + hour_here)
+    assert jobs["low"].finished_at == pytest.approx(600.0 + 2 * hour_here)
     assert result.unfinished == 0
 
 
 def test_a_workload_that_fits_nowhere_is_reported_not_waited_for() -> None:
     huge = gpu_job("huge", 0.0, 8, pods=3)  # three 8-GPU pods, two nodes
     fine = gpu_job("fine", 0.0, 2)
-    result = Engine(_scenario([huge, fine])).simulate()
+    engine = Engine(_scenario([huge, fine]))
+    result = engine.simulate()
     assert result.unplaceable == 1
     assert result.completed == 1
-    assert result.makespan_s == pytest.approx(3600.0)
+    fine_job = next(j for j in engine.run.jobs if j.workload.id == "fine")
+    assert result.makespan_s == pytest.approx(fine_job.ideal_s)
 
 
 def test_an_eco_gpu_node_runs_gpu_work_slower_and_draws_less() -> None:
@@ -316,11 +328,12 @@ def test_twin_trends_equal_a_manager_reading_every_node_every_reconcile(
 def test_a_run_stopped_at_its_limit_counts_energy_up_to_the_limit() -> None:
     long = [gpu_job("long", 0.0, 8)]
     scenario = _scenario(long)
-    result = Engine(replace(scenario, limit_s=1800.0)).simulate()
-    assert result.simulated_s == 1800.0
+    whole = Engine(scenario).simulate()
+    half = whole.simulated_s / 2
+    result = Engine(replace(scenario, limit_s=half)).simulate()
+    assert result.simulated_s == half
     assert result.unfinished == 1
     assert result.makespan_s is None
-    whole = Engine(scenario).simulate()
     assert result.it_energy_kwh == pytest.approx(whole.it_energy_kwh / 2, rel=1e-9)
 
 
@@ -337,3 +350,70 @@ def test_governors_put_presets_on_eco_nodes_and_change_the_energy() -> None:
     assert all(governed.cluster.controls[n].cpu_preset == "efficiency" for n in eco)
     assert all(plain.cluster.controls[n].cpu_preset is None for n in eco)
     assert governed_result.it_energy_kwh != plain_result.it_energy_kwh
+
+
+# --- the measurement window -----------------------------------------------------------------
+
+
+def test_a_window_counts_the_energy_and_the_work_inside_it_only() -> None:
+    # j1 runs from 0; j2 and j3 arrive at 2 h, after j1 finished, and the window ends while
+    # they run.
+    jobs = [gpu_job("j1", 0.0, 4), gpu_job("j2", 7200.0, 4), gpu_job("j3", 7260.0, 2)]
+    scenario = _scenario(jobs)
+    plain = Engine(scenario)
+    plain.simulate()
+    finished = {j.workload.id: j.finished_at for j in plain.run.jobs}
+    assert finished["j1"] is not None
+    assert finished["j2"] is not None
+    start, end = finished["j1"] / 2, (7260.0 + finished["j2"]) / 2
+    assert finished["j1"] < end < min(finished["j2"], finished["j3"] or math.inf)
+    windowed = Engine(replace(scenario, window=(start, end))).simulate()
+    to_start = Engine(replace(scenario, limit_s=start)).simulate()
+    to_end = Engine(replace(scenario, limit_s=end)).simulate()
+    window = windowed.window
+    assert window is not None
+    assert (window.start_s, window.end_s) == (start, end)
+    for kind in ("it_energy_kwh", "facility_energy_kwh"):
+        inside = getattr(to_end, kind) - getattr(to_start, kind)
+        assert getattr(window, kind) == pytest.approx(inside, rel=1e-12), kind
+    assert window.completed_work_h == 1.0  # j1 (one pod, an hour of work) finished inside
+    assert windowed.completed_work_h == 3.0
+    # The slowdown is read of the work submitted inside the window: j2 and j3.
+    assert window.classes["standard"].submitted == 2
+    assert window.classes["standard"].completed == 2
+    assert windowed.classes["standard"].submitted == 3
+
+
+def test_a_window_changes_nothing_else_in_the_result() -> None:
+    jobs = [gpu_job(f"j{i}", 600.0 * i, 1 + i % 4) for i in range(12)]
+    scenario = _scenario(jobs, "B")
+    plain = Engine(scenario).simulate()
+    assert "window" not in plain.to_dict()
+    whole = Engine(replace(scenario, window=(0.0, plain.simulated_s))).simulate()
+    assert whole.window is not None
+    assert replace(whole, window=None) == plain  # bit for bit
+    assert whole.window.it_energy_kwh == plain.it_energy_kwh
+    assert whole.window.facility_energy_kwh == plain.facility_energy_kwh
+    assert whole.window.completed_work_h == plain.completed_work_h
+
+
+def test_a_window_past_the_run_s_end_counts_the_cluster_idling_on() -> None:
+    scenario = _scenario([gpu_job("j", 0.0, 4)])
+    end = Engine(scenario).simulate().simulated_s
+    result = Engine(replace(scenario, window=(0.0, end + 3600.0))).simulate()
+    assert result.simulated_s == end
+    assert result.window is not None
+    idle_kwh = result.idle_it_w * 3600.0 / 3.6e6
+    assert result.window.it_energy_kwh == pytest.approx(result.it_energy_kwh + idle_kwh)
+
+
+def test_a_window_must_start_before_it_ends() -> None:
+    with pytest.raises(ValueError, match="start < end"):
+        replace(_scenario([]), window=(3600.0, 3600.0))
+
+
+def test_a_run_with_a_warm_up_gives_byte_identical_results_twice() -> None:
+    spec = SMALL.model_copy(update={"baseline": "B", "warmup_hours": 2.0})
+    first = results_json([run(spec)])
+    assert first == results_json([run(spec)])
+    assert json.loads(first)[0]["window"]["start_s"] == 7200.0

@@ -1,14 +1,25 @@
 """What a finished run set gives a reader: canonical JSON, the comparison table, the CSV series
-and the output folder with its charts, all from fabricated results (no engine needed)."""
+and the output folder with its charts, from fabricated results, and from a tiny simulation where
+the table, results.json and the energy chart must agree on every saving figure."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.transforms import Bbox
 
+from joulie.hardware.catalog import Catalog
+from joulie.sim.engine import Engine, Scenario
+from joulie.sim.plots import DPI, SAVE_BBOX, energy_figure, saving_label
 from joulie.sim.report import comparison_table, table_rows, write_outputs, write_series_csv
 from joulie.sim.result_io import (
     ResultFormatError,
@@ -16,7 +27,9 @@ from joulie.sim.result_io import (
     result_from_dict,
     results_json,
 )
-from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample
+from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample, WindowResult
+from joulie.sim.scenario import DEFAULT_POLICY
+from tests.unit.test_sim_engine import TWO_GPU_NODES, gpu_job
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,8 +43,12 @@ def make_result(
     makespan_s: float | None = 7200.0,
     p95_perf: float = 1.5,
     preemptions: int = 0,
+    simulated_s: float = 7200.0,
+    work_h: float = 50.0,
+    idle_it_w: float = 0.0,
 ) -> RunResult:
-    """A plausible result whose numbers the tests choose (IT energy is facility / 1.25)."""
+    """A plausible result whose numbers the tests choose (IT energy is facility / 1.25, and so
+    is the idle draw after the end)."""
     series = tuple(
         Sample(
             t_s=600.0 * i,
@@ -53,7 +70,7 @@ def make_result(
         seed=seed,
         nodes=3,
         workloads=10,
-        simulated_s=7200.0,
+        simulated_s=simulated_s,
         it_energy_kwh=facility_kwh / 1.25,
         facility_energy_kwh=facility_kwh,
         makespan_s=makespan_s,
@@ -73,6 +90,9 @@ def make_result(
             "gpu-h100": {"performance": 1.0, "eco": 0.0, "draining": 0.0},
         },
         series=series,
+        idle_it_w=idle_it_w,
+        idle_facility_w=idle_it_w * 1.25,
+        completed_work_h=work_h,
     )
 
 
@@ -101,6 +121,20 @@ def test_json_keys_are_sorted_and_floats_rounded_to_ten_significant_digits() -> 
     assert list(loaded) == sorted(loaded)
     assert loaded["facility_energy_kwh"] == 0.3333333333
     assert '\n  {\n    "baseline": "A",' in text
+
+
+def test_each_run_carries_its_saving_and_a_window_only_when_it_had_one() -> None:
+    a, b = make_result(), make_result(baseline="B", facility_kwh=80.0)
+    window = WindowResult(3600.0, 7200.0, 8.0, 10.0, 4.0, a.classes)
+    text = results_json([a, replace(b, window=window)])
+    loaded = json.loads(text)
+    assert "window" not in loaded[0]
+    assert loaded[1]["window"]["completed_work_h"] == 4.0
+    assert loaded[0]["saving"]["reference"] == "this run"
+    # A over its whole run, B over its window: not the same window, so the union window.
+    assert loaded[1]["saving"]["facility_saving_pct"] == 20.0
+    assert loaded[1]["saving"]["per_work_h_saving_pct"] == pytest.approx(100 * (1 - 2.5 / 2.0))
+    assert [result_from_dict(d) for d in loaded] == [a, replace(b, window=window)]
 
 
 def test_a_nan_is_refused_where_it_is_written() -> None:
@@ -136,11 +170,30 @@ def test_saving_is_against_baseline_a_of_the_same_scenario_and_seed() -> None:
         make_result("s2", "A", 1, 200.0),
         make_result("s2", "C", 1, 150.0),
     ]
-    assert row_of(results, "s1", "B")["saving %"] == "20.0"
-    assert row_of(results, "s2", "C")["saving %"] == "25.0"
-    assert row_of(results, "s1", "A")["saving %"] == "ref"
-    assert row_of(results, "s1", "B")["facility kWh"] == "80.00"
+    assert row_of(results, "s1", "B")["fac saving %"] == "20.0"
+    assert row_of(results, "s1", "B")["IT saving %"] == "20.0"
+    assert row_of(results, "s1", "B")["saving/work-h %"] == "20.0"
+    assert row_of(results, "s2", "C")["fac saving %"] == "25.0"
+    a = row_of(results, "s1", "A")
+    assert (a["fac saving %"], a["IT saving %"], a["saving/work-h %"]) == ("ref",) * 3
+    assert row_of(results, "s1", "B")["fac kWh"] == "80.00"
     assert row_of(results, "s1", "B")["IT kWh"] == "64.00"
+    assert row_of(results, "s1", "B")["fac kWh/work-h"] == "1.6000"
+
+
+def test_the_earlier_finisher_idles_on_in_the_window_and_the_row_shows_both_energies() -> None:
+    """A finishes after 2 h, B after 3 h: over B's 3 h A draws 1 kW IT more (1.25 kW at the
+    facility), so the window's saving is not the ratio of the own-end figures."""
+    a = make_result("s", "A", 1, 100.0, simulated_s=7200.0, idle_it_w=1000.0)
+    b = make_result("s", "B", 1, 95.0, simulated_s=10800.0, idle_it_w=1000.0)
+    row = row_of([a, b], "s", "B")
+    assert row["window h"] == "3.00"
+    assert (row["fac kWh w"], row["A fac kWh w"]) == ("95.00", "101.25")
+    assert (row["IT kWh w"], row["A IT kWh w"]) == ("76.00", "81.00")
+    assert row["fac saving %"] == "6.2"  # 1 - 95 / 101.25
+    assert row["IT saving %"] == "6.2"  # 1 - 76 / 81
+    assert row["saving/work-h %"] == "5.0"  # own energy, the same work: 1 - 95 / 100
+    assert row_of([a, b], "s", "A")["fac kWh w"] == "-"
 
 
 def test_several_seeds_show_mean_and_sample_standard_deviation() -> None:
@@ -153,8 +206,9 @@ def test_several_seeds_show_mean_and_sample_standard_deviation() -> None:
     ]
     b = row_of(results, "s", "B")
     assert b["seeds"] == "2"
-    assert b["saving %"] == "20.0 ± 14.1"
-    assert b["facility kWh"] == "115.00 ± 35.36"
+    assert b["fac saving %"] == "20.0 ± 14.1"
+    assert b["saving/work-h %"] == "20.0 ± 14.1"
+    assert b["fac kWh"] == "115.00 ± 35.36"
     assert b["preemptions"] == "2.5 ± 2.1"
     assert row_of(results, "s", "A")["p95 slowdown perf"] == "2.00 ± 1.41"
     assert b["makespan h"] == "2.00 ± 0.00"
@@ -163,7 +217,9 @@ def test_several_seeds_show_mean_and_sample_standard_deviation() -> None:
 def test_a_seed_without_reference_or_with_unfinished_work_shows_a_dash() -> None:
     results = [make_result("s", "B", 1, 90.0, makespan_s=None)]
     row = row_of(results, "s", "B")
-    assert row["saving %"] == "-"
+    assert row["fac saving %"] == "-"
+    assert row["saving/work-h %"] == "-"
+    assert row["window h"] == "-"
     assert row["makespan h"] == "-"
     assert row["unfinished"] == "2"
 
@@ -220,3 +276,119 @@ def test_runs_sharing_a_name_do_not_overwrite_each_other(tmp_path: Path) -> None
         "s1-A-seed1-2.csv",
         "s1-A-seed1.csv",
     ]
+
+
+# --- one saving, read the same everywhere ------------------------------------------------------
+
+
+def _tiny_runs() -> list[RunResult]:
+    """Two GPU nodes filled with one-GPU jobs: in B one node is eco, so B finishes later and
+    A's cluster idles on in the window they share."""
+    catalog = Catalog.load()
+    workloads = [gpu_job(f"j{i}", 0.0, 1) for i in range(16)]
+    return [
+        Engine(
+            Scenario(
+                name="tiny",
+                baseline=baseline,
+                seed=1,
+                inventory=TWO_GPU_NODES,
+                workloads=workloads,
+                catalog=catalog,
+                policy=None if baseline == "A" else DEFAULT_POLICY,
+            )
+        ).simulate()
+        for baseline in ("A", "B")
+    ]
+
+
+def _table_cells(text: str) -> dict[str, dict[str, str]]:
+    """table.txt as baseline -> column -> cell (cells are two or more spaces apart)."""
+    lines = text.splitlines()
+    header = re.split(r"\s{2,}", lines[0].strip())
+    rows = {}
+    for line in lines[2:]:
+        if not line.strip():
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[1]] = dict(zip(header, cells, strict=True))
+    return rows
+
+
+def test_table_json_and_chart_agree_on_every_saving_figure(tmp_path: Path) -> None:
+    a, b = _tiny_runs()
+    assert b.simulated_s > a.simulated_s  # the case where A idles on in the shared window
+    write_outputs([a, b], tmp_path)
+
+    table = _table_cells((tmp_path / "table.txt").read_text())["B"]
+    saving = json.loads((tmp_path / "results.json").read_text())[1]["saving"]
+    with (tmp_path / "energy_vs_makespan.csv").open() as f:
+        points = {row["baseline"]: row for row in csv.DictReader(f)}
+    labels = [t.get_text() for t in energy_figure([a, b]).axes[0].texts]
+
+    # The window: 0 to B's end, A drawing its idle power after its own end.
+    assert saving["reference"] == {"baseline": "A", "seed": 1}
+    assert saving["window_s"] == [0.0, pytest.approx(b.simulated_s)]
+    assert table["window h"] == f"{b.simulated_s / 3600:.2f}"
+    idle_kwh = a.idle_facility_w * (b.simulated_s - a.simulated_s) / 3.6e6
+    assert saving["facility_kwh"]["reference"] == pytest.approx(a.facility_energy_kwh + idle_kwh)
+    assert saving["facility_kwh"]["run"] == pytest.approx(b.facility_energy_kwh)
+    for name, kind in (("IT", "it"), ("fac", "facility")):
+        run, ref = saving[f"{kind}_kwh"]["run"], saving[f"{kind}_kwh"]["reference"]
+        assert table[f"{name} kWh w"] == f"{run:.2f}"
+        assert table[f"A {name} kWh w"] == f"{ref:.2f}"
+        assert saving[f"{kind}_saving_pct"] == pytest.approx(100 * (1 - run / ref))
+        assert table[f"{name} saving %"] == f"{saving[f'{kind}_saving_pct']:.1f}"
+    # Per work-hour: each run's own energy over the same completed work.
+    per_work = saving["facility_kwh_per_work_h"]
+    assert per_work["run"] == pytest.approx(b.facility_energy_kwh / b.completed_work_h)
+    assert per_work["reference"] == pytest.approx(a.facility_energy_kwh / a.completed_work_h)
+    assert a.completed_work_h == b.completed_work_h == 16.0  # sixteen one-pod hour-long jobs
+    pct = saving["per_work_h_saving_pct"]
+    assert pct == pytest.approx(100 * (1 - per_work["run"] / per_work["reference"]))
+    assert table["saving/work-h %"] == f"{pct:.1f}"
+    assert float(points["B"]["saving_pct"]) == pytest.approx(pct)
+    assert float(points["B"]["kwh_per_work_h"]) == pytest.approx(per_work["run"])
+    assert float(points["A"]["kwh_per_work_h"]) == pytest.approx(per_work["reference"])
+    assert points["A"]["saving_pct"] == ""
+    assert labels == [saving_label(pct)]
+    assert labels[0] == f"saving {table['saving/work-h %']} %"
+    assert table["fac kWh/work-h"] == f"{per_work['run']:.4f}"
+    # A's own section says it is the reference; its row says so in every saving column.
+    a_saving = json.loads((tmp_path / "results.json").read_text())[0]["saving"]
+    assert a_saving["reference"] == "this run"
+    a_row = _table_cells((tmp_path / "table.txt").read_text())["A"]
+    assert {a_row[c] for c in ("IT saving %", "fac saving %", "saving/work-h %")} == {"ref"}
+
+
+def _legends(fig: Figure) -> list[Legend]:
+    found = [*fig.legends]
+    for ax in fig.axes:
+        found += [a for a in ax.get_children() if isinstance(a, Legend)]
+    return found
+
+
+def test_the_energy_chart_s_legends_lie_inside_the_saved_figure() -> None:
+    results = [
+        make_result(s, b, 1, 100.0 - 5 * i) for s in ("s1", "s2") for i, b in enumerate("AB")
+    ]
+    fig = energy_figure(results)
+    canvas = FigureCanvasAgg(fig)  # the renderer the PNG is drawn with
+    fig.savefig(io.BytesIO(), format="png", dpi=DPI, bbox_inches=SAVE_BBOX)  # lays it out
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    saved = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)  # what the PNG keeps
+    legends = _legends(fig)
+    assert len(legends) == 2  # baselines and scenarios
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        assert _inside(box, saved), (box, saved)
+        clip = legend.get_clip_box()
+        if legend.get_clip_on() and clip is not None:
+            assert _inside(box, clip), "cut off by the axes"
+    assert any(t.get_text() == "baseline B" for t in legends[0].get_texts())
+
+
+def _inside(box: Bbox, outer: Bbox) -> bool:
+    return bool(
+        outer.x0 <= box.x0 <= box.x1 <= outer.x1 and outer.y0 <= box.y0 <= box.y1 <= outer.y1
+    )
