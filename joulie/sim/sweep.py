@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -259,7 +259,7 @@ def _drain(
 ) -> None:
     done_count, waiting = 0, set(pending)
     while waiting:
-        done, waiting = wait(waiting, return_when=FIRST_EXCEPTION)
+        done, waiting = wait(waiting, return_when=FIRST_COMPLETED)
         for future in sorted(done, key=pending.__getitem__):
             i = pending[future]
             if (exc := future.exception()) is not None:
