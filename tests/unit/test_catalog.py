@@ -16,6 +16,7 @@ from joulie.api.enums import DiscoveryQuality
 from joulie.api.inventory import label_safe, load_inventory
 from joulie.hardware.catalog import Catalog, CatalogError, CpuSpec, GpuSpec, normalize_model
 from joulie.hardware.family import hardware_family
+from tests.support.file_edits import drop_at, set_at
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 INVENTORY_FILES = sorted(INVENTORIES.glob("0*.yaml"))
@@ -266,67 +267,47 @@ def test_gpu_numbers_are_sane(catalog: Catalog) -> None:
 # --- broken catalog files -------------------------------------------------------------------------
 
 
-def _set(path: tuple[str | int, ...], value: Any) -> Callable[[dict[str, Any]], None]:
-    def edit(data: dict[str, Any]) -> None:
-        node: Any = data
-        for part in path[:-1]:
-            node = node[part]
-        node[path[-1]] = value
-
-    return edit
-
-
-def _drop(path: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
-    def edit(data: dict[str, Any]) -> None:
-        node: Any = data
-        for part in path[:-1]:
-            node = node[part]
-        del node[path[-1]]
-
-    return edit
-
-
 @pytest.mark.parametrize(
     ("edit", "model", "field"),
     [
-        (_set(("cpus", "AMD_EPYC_9654", "tdp_w"), -5), "AMD_EPYC_9654", "tdp_w"),
-        (_set(("cpus", "AMD_EPYC_9654", "tdp_w"), "hot"), "AMD_EPYC_9654", "tdp_w"),
-        (_drop(("cpus", "AMD_EPYC_9534", "cores")), "AMD_EPYC_9534", "cores"),
-        (_set(("cpus", "AMD_EPYC_9534", "cores_total"), 128), "AMD_EPYC_9534", "cores_total"),
-        (_set(("cpus", "AMD_EPYC_9534", "idle_w"), 400), "AMD_EPYC_9534", "idle_w"),
-        (_set(("cpus", "AMD_EPYC_9534", "boost_ghz"), 1.0), "AMD_EPYC_9534", "boost_ghz"),
-        (_set(("cpus", "AMD_EPYC_9534", "ctdp_w"), [300, 320]), "AMD_EPYC_9534", "ctdp_w"),
+        (set_at(("cpus", "AMD_EPYC_9654", "tdp_w"), -5), "AMD_EPYC_9654", "tdp_w"),
+        (set_at(("cpus", "AMD_EPYC_9654", "tdp_w"), "hot"), "AMD_EPYC_9654", "tdp_w"),
+        (drop_at(("cpus", "AMD_EPYC_9534", "cores")), "AMD_EPYC_9534", "cores"),
+        (set_at(("cpus", "AMD_EPYC_9534", "cores_total"), 128), "AMD_EPYC_9534", "cores_total"),
+        (set_at(("cpus", "AMD_EPYC_9534", "idle_w"), 400), "AMD_EPYC_9534", "idle_w"),
+        (set_at(("cpus", "AMD_EPYC_9534", "boost_ghz"), 1.0), "AMD_EPYC_9534", "boost_ghz"),
+        (set_at(("cpus", "AMD_EPYC_9534", "ctdp_w"), [300, 320]), "AMD_EPYC_9534", "ctdp_w"),
         (
-            _set(("cpus", "AMD_EPYC_9655", "curve", "points", 3), [30, 100]),
+            set_at(("cpus", "AMD_EPYC_9655", "curve", "points", 3), [30, 100]),
             "AMD_EPYC_9655",
             "curve.points[3]",
         ),
         (
-            _set(("cpus", "AMD_EPYC_9655", "curve", "points", 10), [120, 900]),
+            set_at(("cpus", "AMD_EPYC_9655", "curve", "points", 10), [120, 900]),
             "AMD_EPYC_9655",
             "curve.points[10]",
         ),
         (
-            _set(("cpus", "AMD_EPYC_9965", "source", "curve"), "no-such-source"),
+            set_at(("cpus", "AMD_EPYC_9965", "source", "curve"), "no-such-source"),
             "AMD_EPYC_9965",
             "source.curve",
         ),
-        (_drop(("cpus", "AMD_EPYC_9965", "curve")), "AMD_EPYC_9965", "source.curve"),
+        (drop_at(("cpus", "AMD_EPYC_9965", "curve")), "AMD_EPYC_9965", "source.curve"),
         (
-            _set(("cpus", "AMD_EPYC_9534", "aliases"), ["AMD EPYC 9654 96-Core Processor"]),
+            set_at(("cpus", "AMD_EPYC_9534", "aliases"), ["AMD EPYC 9654 96-Core Processor"]),
             "AMD_EPYC_9534",
             "aliases",
         ),
-        (_set(("gpus", "NVIDIA_L40S", "default_w"), 400), "NVIDIA_L40S", "default_w"),
-        (_set(("gpus", "NVIDIA_L40S", "min_w"), 500), "NVIDIA_L40S", "min_w"),
-        (_set(("gpus", "NVIDIA_L40S", "idle_w"), 350), "NVIDIA_L40S", "idle_w"),
-        (_drop(("gpus", "AMD_INSTINCT_MI300X", "max_w")), "AMD_INSTINCT_MI300X", "max_w"),
+        (set_at(("gpus", "NVIDIA_L40S", "default_w"), 400), "NVIDIA_L40S", "default_w"),
+        (set_at(("gpus", "NVIDIA_L40S", "min_w"), 500), "NVIDIA_L40S", "min_w"),
+        (set_at(("gpus", "NVIDIA_L40S", "idle_w"), 350), "NVIDIA_L40S", "idle_w"),
+        (drop_at(("gpus", "AMD_INSTINCT_MI300X", "max_w")), "AMD_INSTINCT_MI300X", "max_w"),
         (
-            _set(("gpus", "AMD_INSTINCT_MI300X", "speed_exponent"), 0.5),  # no longer a field
+            set_at(("gpus", "AMD_INSTINCT_MI300X", "speed_exponent"), 0.5),  # no longer a field
             "AMD_INSTINCT_MI300X",
             "speed_exponent",
         ),
-        (_drop(("gpus", "NVIDIA_L4", "source")), "NVIDIA_L4", "source"),
+        (drop_at(("gpus", "NVIDIA_L4", "source")), "NVIDIA_L4", "source"),
     ],
 )
 def test_a_broken_catalog_names_model_and_field(

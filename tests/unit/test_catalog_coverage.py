@@ -22,6 +22,7 @@ from joulie.hardware.catalog import (
     Catalog,
     CatalogError,
 )
+from tests.support.file_edits import drop_at, set_at
 
 UPSTREAM_CATALOG = (
     Path(__file__).resolve().parents[1] / "data" / "inventories" / "hardware-catalog.yaml"
@@ -279,26 +280,6 @@ def test_unpublished_all_core_clocks_fall_back_to_base(catalog: Catalog) -> None
 # --- refused files ----------------------------------------------------------------------------
 
 
-def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], None]:
-    def edit(data: dict[str, Any]) -> None:
-        node: Any = data
-        for part in path[:-1]:
-            node = node[part]
-        node[path[-1]] = value
-
-    return edit
-
-
-def _drop(path: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
-    def edit(data: dict[str, Any]) -> None:
-        node: Any = data
-        for part in path[:-1]:
-            node = node[part]
-        del node[path[-1]]
-
-    return edit
-
-
 A40 = ("gpus", "NVIDIA_A40")
 V100 = ("gpus", "NVIDIA_V100_PCIE")
 L4 = ("gpus", "NVIDIA_L4")
@@ -310,46 +291,56 @@ XEON = ("cpus", "INTEL_XEON_GOLD_6530")
     ("edit", "model", "field", "words"),
     [
         # the facts
-        (_drop((*A40, "dense_tensor_tflops")), "NVIDIA_A40", "dense_tensor_tflops", "required"),
-        (_set((*A40, "dense_tensor_tflops"), 0), "NVIDIA_A40", "dense_tensor_tflops", "greater"),
-        (_drop((*L4, "memory_bandwidth_gbs")), "NVIDIA_L4", "memory_bandwidth_gbs", "required"),
-        (_set((*L4, "memory_bandwidth_gbs"), -1), "NVIDIA_L4", "memory_bandwidth_gbs", "greater"),
-        (_drop((*L4, "source", "compute")), "NVIDIA_L4", "source.compute", "required"),
-        (_drop((*L4, "source", "memory")), "NVIDIA_L4", "source.memory", "required"),
-        (_set((*L4, "source", "memory"), "nope"), "NVIDIA_L4", "source.memory", "not listed"),
+        (drop_at((*A40, "dense_tensor_tflops")), "NVIDIA_A40", "dense_tensor_tflops", "required"),
+        (set_at((*A40, "dense_tensor_tflops"), 0), "NVIDIA_A40", "dense_tensor_tflops", "greater"),
+        (drop_at((*L4, "memory_bandwidth_gbs")), "NVIDIA_L4", "memory_bandwidth_gbs", "required"),
+        (set_at((*L4, "memory_bandwidth_gbs"), -1), "NVIDIA_L4", "memory_bandwidth_gbs", "greater"),
+        (drop_at((*L4, "source", "compute")), "NVIDIA_L4", "source.compute", "required"),
+        (drop_at((*L4, "source", "memory")), "NVIDIA_L4", "source.memory", "required"),
+        (set_at((*L4, "source", "memory"), "nope"), "NVIDIA_L4", "source.memory", "not listed"),
         # a fitted law
-        (_set((*A40, "cap_law", "floor_w"), 29), "NVIDIA_A40", "cap_law.floor_w", "idle_w"),
-        (_set((*A40, "cap_law", "floor_w"), 100), "NVIDIA_A40", "cap_law.floor_w", "min_w"),
-        (_set((*A40, "cap_law", "knee_w"), 71), "NVIDIA_A40", "cap_law.knee_w", "floor_w"),
-        (_set((*A40, "cap_law", "knee_w"), 300), "NVIDIA_A40", "cap_law.knee_w", "max_w"),
-        (_set((*V100, "cap_law", "exponent"), 0), "NVIDIA_V100_PCIE", "cap_law.exponent", "(0, 1)"),
-        (_set((*V100, "cap_law", "exponent"), 1), "NVIDIA_V100_PCIE", "cap_law.exponent", "(0, 1)"),
+        (set_at((*A40, "cap_law", "floor_w"), 29), "NVIDIA_A40", "cap_law.floor_w", "idle_w"),
+        (set_at((*A40, "cap_law", "floor_w"), 100), "NVIDIA_A40", "cap_law.floor_w", "min_w"),
+        (set_at((*A40, "cap_law", "knee_w"), 71), "NVIDIA_A40", "cap_law.knee_w", "floor_w"),
+        (set_at((*A40, "cap_law", "knee_w"), 300), "NVIDIA_A40", "cap_law.knee_w", "max_w"),
         (
-            _set((*V100, "cap_law", "exponent"), -0.3),
+            set_at((*V100, "cap_law", "exponent"), 0),
             "NVIDIA_V100_PCIE",
             "cap_law.exponent",
             "(0, 1)",
         ),
-        (_drop((*V100, "cap_law", "knee_w")), "NVIDIA_V100_PCIE", "cap_law.knee_w", "required"),
         (
-            _set((*V100, "cap_law", "slope"), 1),
+            set_at((*V100, "cap_law", "exponent"), 1),
+            "NVIDIA_V100_PCIE",
+            "cap_law.exponent",
+            "(0, 1)",
+        ),
+        (
+            set_at((*V100, "cap_law", "exponent"), -0.3),
+            "NVIDIA_V100_PCIE",
+            "cap_law.exponent",
+            "(0, 1)",
+        ),
+        (drop_at((*V100, "cap_law", "knee_w")), "NVIDIA_V100_PCIE", "cap_law.knee_w", "required"),
+        (
+            set_at((*V100, "cap_law", "slope"), 1),
             "NVIDIA_V100_PCIE",
             "cap_law.slope",
             "not permitted",
         ),
-        (_drop((*V100, "source", "law")), "NVIDIA_V100_PCIE", "source.law", "needs a source"),
-        (_set((*L4, "source", "law"), "zeus-fit"), "NVIDIA_L4", "source.law", "no cap_law"),
+        (drop_at((*V100, "source", "law")), "NVIDIA_V100_PCIE", "source.law", "needs a source"),
+        (set_at((*L4, "source", "law"), "zeus-fit"), "NVIDIA_L4", "source.law", "no cap_law"),
         # the default law: min_w 20 puts the computed floor (20.48 W) at or above min_w
-        (_set((*L4, "min_w"), 20), "NVIDIA_L4", "cap_law.floor_w", "class default"),
+        (set_at((*L4, "min_w"), 20), "NVIDIA_L4", "cap_law.floor_w", "class default"),
         # the old field is gone
-        (_set((*L4, "speed_exponent"), 0.6), "NVIDIA_L4", "speed_exponent", "not permitted"),
+        (set_at((*L4, "speed_exponent"), 0.6), "NVIDIA_L4", "speed_exponent", "not permitted"),
         # the CPU all-core clock
-        (_set((*EPYC, "all_core_ghz"), 2.0), "AMD_EPYC_9654", "all_core_ghz", "base_ghz"),
-        (_set((*EPYC, "all_core_ghz"), 3.9), "AMD_EPYC_9654", "all_core_ghz", "boost_ghz"),
-        (_set((*EPYC, "all_core_ghz"), 0), "AMD_EPYC_9654", "all_core_ghz", "greater"),
-        (_set((*XEON, "all_core_ghz"), 3.0), "INTEL_XEON_GOLD_6530", "source.all_core", "needs"),
+        (set_at((*EPYC, "all_core_ghz"), 2.0), "AMD_EPYC_9654", "all_core_ghz", "base_ghz"),
+        (set_at((*EPYC, "all_core_ghz"), 3.9), "AMD_EPYC_9654", "all_core_ghz", "boost_ghz"),
+        (set_at((*EPYC, "all_core_ghz"), 0), "AMD_EPYC_9654", "all_core_ghz", "greater"),
+        (set_at((*XEON, "all_core_ghz"), 3.0), "INTEL_XEON_GOLD_6530", "source.all_core", "needs"),
         (
-            _set((*XEON, "source", "all_core"), "intel-ark"),
+            set_at((*XEON, "source", "all_core"), "intel-ark"),
             "INTEL_XEON_GOLD_6530",
             "source.all_core",
             "no all_core_ghz",
@@ -367,5 +358,5 @@ def test_a_broken_fact_or_law_is_refused_naming_model_and_field(
 
 
 def test_the_floor_may_equal_idle(tmp_path: Path) -> None:
-    loaded = load_edited(tmp_path, _set((*A40, "cap_law", "floor_w"), 30))
+    loaded = load_edited(tmp_path, set_at((*A40, "cap_law", "floor_w"), 30))
     assert loaded.gpu("NVIDIA_A40").cap_floor_w == loaded.gpu("NVIDIA_A40").idle_w == 30
