@@ -181,7 +181,7 @@ class Cluster:
 
     # --- nodes --------------------------------------------------------------------------
 
-    def _refresh(self, node: int, t: float, controls_changed: bool = False) -> None:
+    def _refresh(self, node: int, t: float, gpu_controls_changed: bool = False) -> None:
         """Recompute the node's steady state after its pods or controls changed at ``t``, and
         the speed of every workload running there if its clocks moved."""
         model = self.fleet.model(node)
@@ -191,7 +191,7 @@ class Cluster:
         before = self.steady[node]
         self.steady[node] = steady
         self._draw(node, 0.0 if node in self.off else steady.node_w, t)
-        if steady.cpu_speed != before.cpu_speed or controls_changed:
+        if steady.cpu_speed != before.cpu_speed or gpu_controls_changed:
             # Only a change of clocks moves the finish of the work already running here (an
             # uncapped node's never do: busy CPU nodes host dozens of pods). A board's clock
             # follows its own pod's work and the controls alone, so other pods coming and going
@@ -218,8 +218,16 @@ class Cluster:
 
     def set_controls(self, node: int, controls: Controls, t: float) -> None:
         if controls != self.controls[node]:
+            before = self.controls[node]
             self.controls[node] = controls
-            self._refresh(node, t, controls_changed=True)
+            # A CPU control moves the work only through the CPU speed, which the refresh
+            # compares; a GPU control moves the boards' clocks, which no node figure shows.
+            gpu_moved = (before.gpu_cap_w, before.gpu_preset, before.gpu_clock_ceiling_pct) != (
+                controls.gpu_cap_w,
+                controls.gpu_preset,
+                controls.gpu_clock_ceiling_pct,
+            )
+            self._refresh(node, t, gpu_controls_changed=gpu_moved)
 
     # --- jobs ---------------------------------------------------------------------------
 

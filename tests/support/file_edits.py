@@ -31,3 +31,14 @@ def drop_at(path: tuple[str | int, ...]) -> Edit:
         del node[path[-1]]
 
     return edit
+
+
+def embedded_catalog_data() -> dict[str, Any]:
+    """The embedded hardware catalog as parsed YAML, to edit and load again."""
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("joulie.hardware").joinpath("data", "hardware-catalog.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from joulie.api.inventory import label_safe, load_inventory
 from joulie.hardware.catalog import Catalog, CatalogError, CpuSpec, GpuSpec, normalize_model
 from joulie.hardware.family import hardware_family
 from tests.support.file_edits import drop_at, set_at
+from tests.support.file_edits import embedded_catalog_data as embedded_data
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 INVENTORY_FILES = sorted(INVENTORIES.glob("0*.yaml"))
@@ -25,12 +25,6 @@ INVENTORY_FILES = sorted(INVENTORIES.glob("0*.yaml"))
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return Catalog.load()
-
-
-def embedded_data() -> dict[str, Any]:
-    text = resources.files("joulie.hardware").joinpath("data", "hardware-catalog.yaml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
-    return data
 
 
 def inventory_models() -> list[tuple[str, str, str]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from joulie.hardware.catalog import (
     CatalogError,
 )
 from tests.support.file_edits import drop_at, set_at
+from tests.support.file_edits import embedded_catalog_data as embedded_data
 
 UPSTREAM_CATALOG = (
     Path(__file__).resolve().parents[1] / "data" / "inventories" / "hardware-catalog.yaml"
@@ -38,12 +38,6 @@ NOMINAL_ALL_CORE_TEXT = "all_core: nominal (base) clock, no all-core figure publ
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return Catalog.load()
-
-
-def embedded_data() -> dict[str, Any]:
-    text = resources.files("joulie.hardware").joinpath("data", "hardware-catalog.yaml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
-    return data
 
 
 def load_edited(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Catalog:
