@@ -136,6 +136,19 @@ class ScoreTable:
         self._cluster = None
         self._static = None
 
+    def set_trend(self, name: str, trend_w_per_min: float) -> NodeTerms:
+        """Replace only the power trend of a node the table holds (the one figure that moves
+        at every reconcile while a node's power moved lately); the node's new terms."""
+        row = self._index[name]
+        terms = self._terms[row]
+        assert terms is not None  # rows past 0 always hold terms
+        terms = terms.with_trend(trend_w_per_min)
+        self._terms[row] = terms
+        self._float["trend"][row] = trend_w_per_min
+        self._cluster = None
+        self._static = None
+        return terms
+
     def remove(self, name: str) -> None:
         """Forget a node; a name the table does not hold is ignored."""
         row = self._index.pop(name, None)
@@ -199,9 +212,7 @@ class ScoreTable:
 
     def priority_array(self, demand: PodDemand, names: Sequence[str]) -> npt.NDArray[np.intp]:
         """:meth:`priorities` as an array."""
-        values = self.scores(demand, names)
-        rounded = np.clip(np.floor(values / 10.0 + 0.5), 0, MAX_EXTENDER_PRIORITY)
-        return rounded.astype(np.intp)
+        return _priorities(self.scores(demand, names))
 
     def explain(self, demand: PodDemand, name: str) -> dict[str, Any]:
         """Every term of one node's score for the pod, as JSON-ready values."""
@@ -294,7 +305,8 @@ class ScoreTable:
 
     def _static_parts(self) -> _Static:
         """What every request's scores share, kept until a node's terms change: most requests
-        come between two twin updates."""
+        come between two twin updates. One matrix of float columns and one of flags, so that
+        the parts of a few rows are gathered in two operations (:meth:`scores_at`)."""
         if self._static is None:
             n = len(self._names)
             f, b = self._float, self._bool
@@ -313,53 +325,122 @@ class ScoreTable:
             standard = np.where(
                 b["performance"][:n], -(PRESSURE_RELIEF_WEIGHT * cluster.perf_pressure), standard
             )
-            self._static = _Static(
-                capped=capped,
-                budgeted=budgeted,
-                safe_capped=np.where(budgeted, capped, 1.0),
-                cooling=(MAX_SCORE - f["cooling"][:n]) * COOLING_WEIGHT,
-                bonus=bonus,
-                standard=standard,
-            )
+            # Row-major (a node's parts side by side): gathering a few nodes copies whole
+            # rows, several times faster than picking them out of each column.
+            floats = np.empty((n, len(_STATIC_FLOATS)))
+            columns = floats.T
+            columns[_CORES_DIV] = f["cores_div"][:n]
+            # The scalar expression multiplies the CPU maximum by the coefficient first.
+            columns[_CPU_WATTS] = f["cpu_max"][:n] * self._coefficients.cpu_util
+            columns[_GPU_MAX] = f["gpu_max"][:n]
+            columns[_CAPPED] = capped
+            columns[_MEASURED] = f["measured"][:n]
+            columns[_SAFE_CAPPED] = np.where(budgeted, capped, 1.0)
+            columns[_HEADROOM] = f["headroom"][:n]
+            columns[_COOLING] = (MAX_SCORE - f["cooling"][:n]) * COOLING_WEIGHT
+            columns[_BONUS] = bonus
+            columns[_STANDARD] = standard
+            flags = np.empty((n, 2), dtype=np.bool_)
+            flags.T[_BUDGETED] = budgeted
+            flags.T[_FRESH] = b["fresh"][:n]
+            self._static = _Static(floats, flags)
         return self._static
 
     def _all_scores(self, demand: PodDemand) -> FloatArray:
         """Scores of rows 0..n-1, the expression of :func:`score_breakdown` over columns."""
-        n = len(self._names)
-        f, b = self._float, self._bool
-        coefficients = self._coefficients
         static = self._static_parts()
-        share = np.minimum(np.maximum(demand.cpu_cores / f["cores_div"][:n], 0.0), 1.0)
-        marginal = (
-            f["cpu_max"][:n] * coefficients.cpu_util * share * memory_factor(demand.memory_gib)
+        return self._scores_of(demand, static.floats.T, static.flags.T)
+
+    def scores_at(self, demand: PodDemand, rows: npt.NDArray[np.intp]) -> FloatArray:
+        """The scores of the given rows (:meth:`rows`) only: cheaper than every node's when
+        they are few (a placement that already knows which nodes fit)."""
+        static = self._static_parts()
+        return self._scores_of(
+            demand, static.floats.take(rows, axis=0).T, static.flags.take(rows, axis=0).T
         )
+
+    def priorities_at(self, demand: PodDemand, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """:meth:`priority_array` of the given rows (:meth:`rows`)."""
+        return _priorities(self.scores_at(demand, rows))
+
+    def _scores_of(
+        self, demand: PodDemand, floats: FloatArray, flags: npt.NDArray[np.bool_]
+    ) -> FloatArray:
+        # Operation for operation the scalar expression, written in place (one new array per
+        # step would double the cost of a request on thousands of nodes).
+        coefficients = self._coefficients
+        marginal = demand.cpu_cores / floats[_CORES_DIV]  # the pod's share of the cores
+        np.maximum(marginal, 0.0, out=marginal)
+        np.minimum(marginal, 1.0, out=marginal)
+        np.multiply(floats[_CPU_WATTS], marginal, out=marginal)
+        marginal *= memory_factor(demand.memory_gib)
         if demand.gpus > 0:
-            gpu = demand.gpus * f["gpu_max"][:n] * gpu_coefficient(demand.performance, coefficients)
-            marginal = marginal + gpu
+            gpu = demand.gpus * floats[_GPU_MAX]
+            gpu *= gpu_coefficient(demand.performance, coefficients)
+            marginal += gpu
+        projected = np.add(floats[_MEASURED], marginal, out=marginal)
+        np.subtract(floats[_CAPPED], projected, out=projected)
         # A budget of a tiny fraction of a watt overflows to -inf/inf here exactly as the scalar
         # division does in Python (no warning there); the clamp below maps it to 0 or 100.
         with np.errstate(over="ignore"):
-            projected = np.minimum(
-                MAX_SCORE,
-                (static.capped - (f["measured"][:n] + marginal)) / static.safe_capped * 100.0,
-            )
-        headroom = np.where(static.budgeted, projected, f["headroom"][:n])
-        value = headroom * HEADROOM_WEIGHT + static.cooling + static.bonus
+            projected /= floats[_SAFE_CAPPED]
+            projected *= 100.0
+        np.minimum(projected, MAX_SCORE, out=projected)
+        value = np.where(flags[_BUDGETED], projected, floats[_HEADROOM])  # the headroom
+        value *= HEADROOM_WEIGHT
+        value += floats[_COOLING]
+        value += floats[_BONUS]
         if not demand.performance:
-            value = value + static.standard
-        value = np.minimum(np.maximum(value, 0.0), MAX_SCORE)
-        result: FloatArray = np.where(b["fresh"][:n], value, NEUTRAL_SCORE)
+            value += floats[_STANDARD]
+        np.maximum(value, 0.0, out=value)
+        np.minimum(value, MAX_SCORE, out=value)
+        result: FloatArray = np.where(flags[_FRESH], value, NEUTRAL_SCORE)
         return result
+
+
+def _priorities(values: FloatArray) -> npt.NDArray[np.intp]:
+    """Scores as kube-scheduler priorities (:func:`extender_priority` over an array)."""
+    rounded = values / 10.0
+    rounded += 0.5
+    np.floor(rounded, out=rounded)
+    np.maximum(rounded, 0, out=rounded)
+    np.minimum(rounded, MAX_EXTENDER_PRIORITY, out=rounded)
+    return rounded.astype(np.intp)
+
+
+_STATIC_FLOATS: Final = (
+    "cores_div",
+    "cpu_watts",
+    "gpu_max",
+    "capped",
+    "measured",
+    "safe_capped",
+    "headroom",
+    "cooling",
+    "bonus",
+    "standard",
+)
+(
+    _CORES_DIV,
+    _CPU_WATTS,
+    _GPU_MAX,
+    _CAPPED,
+    _MEASURED,
+    _SAFE_CAPPED,
+    _HEADROOM,
+    _COOLING,
+    _BONUS,
+    _STANDARD,
+) = range(len(_STATIC_FLOATS))
+_BUDGETED, _FRESH = 0, 1
 
 
 @dataclass(frozen=True, slots=True)
 class _Static:
-    capped: FloatArray
-    budgeted: npt.NDArray[np.bool_]
-    safe_capped: FloatArray
-    cooling: FloatArray
-    """(100 - cooling stress) x the cooling weight."""
-    bonus: FloatArray
-    """The trend bonus."""
-    standard: FloatArray
-    """What a standard pod's score gains (eco bonus) or loses (pressure relief)."""
+    floats: FloatArray
+    """Per node (a row): the logical-CPU divisor, CPU maximum x the CPU coefficient, GPU
+    maximum, capped budget, measured power, the budget or 1 where there is none (a safe
+    divisor), the twin's headroom, (100 - cooling stress) x the cooling weight, the trend
+    bonus, and what a standard pod's score gains (eco bonus) or loses (pressure relief)."""
+    flags: npt.NDArray[np.bool_]
+    """Per node: whether the node has a capped budget, whether its twin is fresh."""

@@ -437,7 +437,9 @@ class PowerHistory:
     """The trend per node since its last reading (reconciles between readings reuse it)."""
 
     def record(self, node: str, at: float, watts: float) -> None:
-        samples = self._samples.setdefault(node, deque())
+        samples = self._samples.get(node)
+        if samples is None:
+            samples = self._samples[node] = deque()
         if samples and at <= samples[-1][0]:
             return  # time did not move: keep the first reading of that instant
         samples.append((at, watts))

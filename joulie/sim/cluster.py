@@ -36,12 +36,13 @@ from joulie.core.power_model import (
 from joulie.kube.projections import SlimPod
 from joulie.sim.fleet import Fleet
 from joulie.sim.pods import slim_pod
-from joulie.sim.simulation import node_load
+from joulie.sim.simulation import PodLoad, load_of, node_load, pod_load
 from joulie.sim.trace import Workload
 
 __all__ = ["Cluster", "Job"]
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True, eq=False)
@@ -71,6 +72,9 @@ class Job:
     room_bound: int | None = None
     """A gang that did not fit: at most how many of its pods the cluster could hold then
     (placement's cheap test before trying again)."""
+    load: PodLoad | None = None
+    """What one of its pods asks of a node's parts (read from the pod once, at its first
+    start: every pod of a workload asks the same)."""
 
     @property
     def running(self) -> bool:
@@ -119,9 +123,12 @@ class Cluster:
         free for a higher priority)."""
         self.fleet = fleet
         self.ambient_c = ambient_c
-        self.used_cpu = np.zeros(n, dtype=np.int64)
-        self.used_memory = np.zeros(n, dtype=np.int64)
-        self.used_gpus = np.zeros(n, dtype=np.int64)
+        self.free_cpu = fleet.cpu_millis.copy()
+        self.free_memory = fleet.memory_bytes.copy()
+        self.free_gpus = fleet.gpus.copy()
+        """What each node has left for another pod (allocatable less the running pods'
+        requests): what every fit test reads, kept as it changes rather than subtracted at
+        each test."""
         self.pods_on: list[dict[int, list[SlimPod]]] = [{} for _ in range(n)]
         """Per node: job index -> its pods there."""
         self.performance_pods = np.zeros(n, dtype=np.int64)
@@ -185,8 +192,7 @@ class Cluster:
         """Recompute the node's steady state after its pods or controls changed at ``t``, and
         the speed of every workload running there if its clocks moved."""
         model = self.fleet.model(node)
-        pods = [p for group in self.pods_on[node].values() for p in group]
-        load = node_load(pods, model.cpu_millis / 1000.0, model.gpus)
+        load = load_of(self._pod_loads(node), model.cpu_millis / 1000.0, model.gpus)
         steady = steady_state(model.power, load, self.controls[node])
         before = self.steady[node]
         self.steady[node] = steady
@@ -198,6 +204,15 @@ class Cluster:
             # never move it.
             for index in self.pods_on[node]:
                 self._retime(self._jobs[index], t)
+
+    def _pod_loads(self, node: int) -> list[PodLoad]:
+        """What each pod running on the node asks, in the order the pods came."""
+        loads: list[PodLoad] = []
+        for index, group in self.pods_on[node].items():
+            load = self._jobs[index].load
+            assert load is not None  # read when its pods started
+            loads.extend([load] * len(group))
+        return loads
 
     def _draw(self, node: int, watts: float, t: float) -> None:
         old = float(self.node_w[node])
@@ -230,6 +245,16 @@ class Cluster:
             self._refresh(node, t, gpu_controls_changed=gpu_moved)
 
     # --- jobs ---------------------------------------------------------------------------
+
+    def hold(self, node: int, cpu_millis: int, memory_bytes: int, gpus: int) -> None:
+        """Take room on the node for a pod (negative amounts give it back)."""
+        self.free_cpu[node] -= cpu_millis
+        self.free_memory[node] -= memory_bytes
+        self.free_gpus[node] -= gpus
+
+    def free(self) -> tuple[IntArray, IntArray, IntArray]:
+        """Free CPU millicores, memory bytes and GPUs per node (the arrays themselves)."""
+        return self.free_cpu, self.free_memory, self.free_gpus
 
     _jobs: list[Job]
 
@@ -269,15 +294,14 @@ class Cluster:
         touched: dict[int, None] = {}
         level = self.levels[workload.priority]
         for member, node in enumerate(nodes):
-            self.used_cpu[node] += workload.cpu_millis
-            self.used_memory[node] += workload.memory_bytes
-            self.used_gpus[node] += gpus
+            pod = slim_pod(workload, self.fleet.names[node], member)
+            if job.load is None:
+                job.load = pod_load(pod)
+            self.hold(node, workload.cpu_millis, workload.memory_bytes, gpus)
             self.level_cpu[level, node] += workload.cpu_millis
             self.level_memory[level, node] += workload.memory_bytes
             self.level_gpus[level, node] += gpus
-            self.pods_on[node].setdefault(job.index, []).append(
-                slim_pod(workload, self.fleet.names[node], member)
-            )
+            self.pods_on[node].setdefault(job.index, []).append(pod)
             if workload.performance:
                 self.performance_pods[node] += 1
             self.pod_count[node] += 1
@@ -295,9 +319,7 @@ class Cluster:
         touched: dict[int, None] = {}
         level = self.levels[workload.priority]
         for node in job.nodes:
-            self.used_cpu[node] -= workload.cpu_millis
-            self.used_memory[node] -= workload.memory_bytes
-            self.used_gpus[node] -= gpus
+            self.hold(node, -workload.cpu_millis, -workload.memory_bytes, -gpus)
             self.level_cpu[level, node] -= workload.cpu_millis
             self.level_memory[level, node] -= workload.memory_bytes
             self.level_gpus[level, node] -= gpus

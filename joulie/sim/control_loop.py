@@ -17,7 +17,7 @@ what the live manager computes from one reading per reconcile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -158,7 +158,9 @@ class ControlLoop:
         cluster = self.cluster
         planned = state.planned
         assert planned is not None
-        inputs = (planned, int(cluster.performance_pods[node]), cluster.max_pod_gpus(node))
+        # The downgrade guard reads only whether performance pods run (core.intents'
+        # downgrade_guard), so a count moving between two positive values changes nothing.
+        inputs = (planned, min(int(cluster.performance_pods[node]), 1), cluster.max_pod_gpus(node))
         if inputs == state.intent_inputs:
             return False
         state.intent_inputs = inputs
@@ -238,21 +240,21 @@ class ControlLoop:
             trend = display_value(self.history.trend(name), "trend")
             if trend == terms.trend_w_per_min:
                 return False
-            terms = replace(terms, trend_w_per_min=trend)
-        else:
-            out = self._twin_output(node)
-            terms = terms_of(
-                schedulable_class=out.schedulable_class,
-                measured_w=display_value(out.measured_power_w, "watts"),
-                capped_w=display_value(out.node_capped_power_w, "watts"),
-                trend_w_per_min=display_value(out.power_trend_w_per_min, "trend"),
-                headroom_score=display_value(out.power_headroom, "score"),
-                cooling_stress=display_value(out.cooling_stress, "score"),
-                has_measurement=True,
-                power=self.fleet.model(node).power_profile,
-                fresh=True,
-            )
-            state.terms_inputs = inputs
+            state.terms = self.table.set_trend(name, trend)
+            return True
+        out = self._twin_output(node)
+        terms = terms_of(
+            schedulable_class=out.schedulable_class,
+            measured_w=display_value(out.measured_power_w, "watts"),
+            capped_w=display_value(out.node_capped_power_w, "watts"),
+            trend_w_per_min=display_value(out.power_trend_w_per_min, "trend"),
+            headroom_score=display_value(out.power_headroom, "score"),
+            cooling_stress=display_value(out.cooling_stress, "score"),
+            has_measurement=True,
+            power=self.fleet.model(node).power_profile,
+            fresh=True,
+        )
+        state.terms_inputs = inputs
         state.terms = terms
         self.table.set(name, terms)
         return True
@@ -301,9 +303,8 @@ class ControlLoop:
         if not self._reconciled:
             twins = set(range(len(self.fleet)))
             self._reconciled = True
-        changed = [self._twin(node) for node in sorted(twins)]
-        if any(changed):
-            self.scheduler.table_changed()
+        for node in sorted(twins):
+            self._twin(node)
 
     def planned(self) -> dict[str, Profile | None]:
         """Each node's profile in the last plan."""

@@ -106,7 +106,8 @@ class _Run:
     unplaceable: int = 0
     """Workloads that could not run even on the empty cluster (never queued)."""
     samples: list[Sample] = field(default_factory=list)
-    shares: dict[str, np.ndarray] = field(default_factory=dict)
+    shares: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    """Node-seconds per family (rows, in ``Engine.families`` order) and class (columns)."""
     energy_at_marks: list[tuple[float, float]] = field(default_factory=list)
     """(IT J, facility J) integrated up to each end of the measurement window reached."""
 
@@ -155,7 +156,7 @@ class Engine:
             )
         self.tick_s = scenario.policy.reconcile_interval_s if scenario.policy else scenario.tick_s
         self.families = sorted({self.fleet.family(i) for i in range(len(self.fleet))})
-        self.run.shares = {f: np.zeros(3) for f in self.families}
+        self.run.shares = np.zeros((len(self.families), 3))
         self._family_of = [
             self.families.index(self.fleet.family(i)) for i in range(len(self.fleet))
         ]
@@ -202,8 +203,7 @@ class Engine:
         cluster = self.cluster
         changed = np.fromiter(sorted(run.changed_nodes), dtype=np.intp)
         run.changed_nodes.clear()
-        used = (cluster.used_cpu, cluster.used_memory, cluster.used_gpus)
-        for index in self.queue.to_try(changed, self.fleet, used, self.scheduler.kept_off):
+        for index in self.queue.to_try(changed, cluster.free(), self.scheduler.kept_off):
             job = run.jobs[index]
             if not self.queue.waiting[index]:
                 continue  # started earlier in this pass (it was listed twice)
@@ -294,8 +294,7 @@ class Engine:
                 next_mark = self._cross_marks(marks, t_next)
             dt = t_next - t
             if dt > 0:
-                for family, row in zip(self.families, counts, strict=True):
-                    run.shares[family] += row * dt
+                run.shares += counts * dt
             cluster.advance(t_next)
             t = t_next
             if stopped:
@@ -401,7 +400,7 @@ class Engine:
         unfinished = len(run.jobs) - len(finished) - run.unplaceable
         makespan = (max(finished) - first) if finished and not unfinished else None
         shares = {}
-        for family, row in run.shares.items():
+        for family, row in zip(self.families, run.shares, strict=True):
             whole = float(row.sum())
             shares[family] = {
                 cls: (float(v) / whole if whole > 0 else 0.0)

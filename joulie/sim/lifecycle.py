@@ -202,7 +202,7 @@ class NodeLifecycle:
         resource = self.fleet.gpu_resource[node]
         if not resource:
             return {}
-        return {resource: int(self.fleet.gpus[node] - self.cluster.used_gpus[node])}
+        return {resource: int(self.cluster.free_gpus[node])}
 
     def _check_drain(self, node: int, started: float, t: float) -> bool:
         """The drain's step after its settle; True when it was cancelled."""
@@ -218,7 +218,7 @@ class NodeLifecycle:
                 p.name for pods in self.cluster.pods_on[node].values() for p in pods
             ],
             demand_fits=fits_pending(
-                int(self.fleet.cpu_millis[node] - self.cluster.used_cpu[node]),
+                int(self.cluster.free_cpu[node]),
                 self._free_gpus(node),
                 self.queue.waiting_requests(),
             ),
@@ -347,7 +347,7 @@ class NodeLifecycle:
             n
             for n in nodes
             if not fits_pending(
-                int(self.fleet.cpu_millis[n] - self.cluster.used_cpu[n]),
+                int(self.cluster.free_cpu[n]),
                 self._free_gpus(n),
                 pending,
             )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from joulie.core.pod_power import PodDemand
 from joulie.core.score_table import ScoreTable
 from joulie.sim.cluster import Cluster, Job
 from joulie.sim.fleet import Fleet
@@ -51,7 +50,6 @@ class Scheduler:
         self._cpu = fleet.cpu_millis
         self._memory = fleet.memory_bytes
         self._gpus = fleet.gpus
-        self._asked: dict[int, tuple[PodDemand, npt.NDArray[np.intp]]] = {}
         self._offers: dict[str, BoolArray] = {}
         for resource in {r for r in fleet.gpu_resource if r}:
             self._offers[resource] = np.array([r == resource for r in fleet.gpu_resource])
@@ -68,14 +66,12 @@ class Scheduler:
         w = job.workload
         c = self.cluster
         pick = slice(None) if nodes is None else nodes
-        mask = (self._cpu[pick] - c.used_cpu[pick] >= w.cpu_millis) & (
-            self._memory[pick] - c.used_memory[pick] >= w.memory_bytes
-        )
+        mask = (c.free_cpu[pick] >= w.cpu_millis) & (c.free_memory[pick] >= w.memory_bytes)
         if w.gpus and w.gpu_resource:
             offers = self._offers.get(w.gpu_resource)
             if offers is None:
                 return np.zeros_like(mask)
-            mask &= offers[pick] & (self._gpus[pick] - c.used_gpus[pick] >= w.gpus)
+            mask &= offers[pick] & (c.free_gpus[pick] >= w.gpus)
         if self.table is not None and w.performance:
             mask &= ~self.kept_off[pick]
         if self.cordoned is not None:
@@ -85,30 +81,30 @@ class Scheduler:
     def _scores(self, job: Job, nodes: IntArray) -> npt.NDArray[np.float64]:
         w = job.workload
         c = self.cluster
-        cpu_after = (c.used_cpu[nodes] + w.cpu_millis) / self._cpu[nodes]
-        memory_after = (c.used_memory[nodes] + w.memory_bytes) / self._memory[nodes]
-        least = ((1.0 - cpu_after) + (1.0 - memory_after)) * 50.0
-        balanced = (1.0 - np.abs(cpu_after - memory_after) / 2.0) * 100.0
-        total = np.floor(least) + np.floor(balanced)
+        cpu = self._cpu[nodes]
+        memory = self._memory[nodes]
+        # (allocatable - free) is the room in use, exactly (integers).
+        cpu_after = (cpu - c.free_cpu[nodes] + w.cpu_millis) / cpu
+        memory_after = (memory - c.free_memory[nodes] + w.memory_bytes) / memory
+        # least = ((1 - cpu_after) + (1 - memory_after)) x 50, balanced = (1 - |cpu_after -
+        # memory_after| / 2) x 100, each floored, written in place.
+        total = 1.0 - cpu_after
+        total += 1.0 - memory_after
+        total *= 50.0
+        np.floor(total, out=total)
+        balanced = np.subtract(cpu_after, memory_after, out=cpu_after)
+        np.abs(balanced, out=balanced)
+        balanced /= 2.0
+        np.subtract(1.0, balanced, out=balanced)
+        balanced *= 100.0
+        np.floor(balanced, out=balanced)
+        total += balanced
         if self.table is not None:
-            total += self._priorities(job)[nodes] * (EXTENDER_WEIGHT * 10)
+            # The extender's priorities of the feasible nodes alone: every node's would cost
+            # the whole fleet per pod (nearly every pod asks a question of its own).
+            rows = self.table.rows(self.fleet.names)[nodes]
+            total += self.table.priorities_at(job.demand, rows) * (EXTENDER_WEIGHT * 10)
         return total
-
-    def _priorities(self, job: Job) -> npt.NDArray[np.intp]:
-        """The extender's priorities of every node for the job's pods. The table only changes
-        when the control loop hands it new twins, so within a reconcile interval the answer
-        for one pod is kept (a gang's members ask the same question)."""
-        assert self.table is not None
-        found = self._asked.get(id(job.demand))
-        if found is not None and found[0] is job.demand:
-            return found[1]
-        priorities = self.table.priority_array(job.demand, self.fleet.names)
-        self._asked[id(job.demand)] = (job.demand, priorities)
-        return priorities
-
-    def table_changed(self) -> None:
-        """The control loop wrote twins into the table: forget the priorities kept."""
-        self._asked.clear()
 
     def best(self, job: Job, candidates: IntArray | None = None) -> int | None:
         """The node one more pod of ``job`` goes to (among ``candidates``, else all), or None
@@ -135,11 +131,11 @@ class Scheduler:
         if nodes.size == 0:
             return 0
         room = np.minimum(
-            (self._cpu[nodes] - c.used_cpu[nodes]) // max(w.cpu_millis, 1),
-            (self._memory[nodes] - c.used_memory[nodes]) // max(w.memory_bytes, 1),
+            c.free_cpu[nodes] // max(w.cpu_millis, 1),
+            c.free_memory[nodes] // max(w.memory_bytes, 1),
         )
         if w.gpus and w.gpu_resource:
-            room = np.minimum(room, (self._gpus[nodes] - c.used_gpus[nodes]) // w.gpus)
+            room = np.minimum(room, c.free_gpus[nodes] // w.gpus)
         return int(room.sum())
 
     def place(self, job: Job, candidates: IntArray | None = None) -> list[int] | None:
@@ -169,21 +165,27 @@ class Scheduler:
             return None  # placing the members one by one could only fail
         gpus = w.gpus if w.gpu_resource else 0
         placed: list[int] = []
+        # Each member goes where best() would send it. Members are scored once: holding a
+        # member's room changes only that node's fit and score (the extender's priorities
+        # depend on the table alone), so only its entry is scored again.
+        feasible = np.flatnonzero(self.fits(job))
+        scores = self._scores(job, feasible)
         try:
             for _ in range(w.pods):
-                node = self.best(job)
-                if node is None:
+                if feasible.size == 0:
                     break
+                best = int(np.argmax(scores))
+                if scores[best] == -np.inf:
+                    break
+                node = int(feasible[best])
                 placed.append(node)
                 # Hold the room while the next member is placed.
-                c.used_cpu[node] += w.cpu_millis
-                c.used_memory[node] += w.memory_bytes
-                c.used_gpus[node] += gpus
+                c.hold(node, w.cpu_millis, w.memory_bytes, gpus)
+                here = feasible[best : best + 1]
+                scores[best] = self._scores(job, here)[0] if self.fits(job, here)[0] else -np.inf
         finally:
             for node in placed:
-                c.used_cpu[node] -= w.cpu_millis
-                c.used_memory[node] -= w.memory_bytes
-                c.used_gpus[node] -= gpus
+                c.hold(node, -w.cpu_millis, -w.memory_bytes, -gpus)
         return placed if len(placed) >= w.min_count else None
 
     def ever_fits(self, job: Job) -> bool:

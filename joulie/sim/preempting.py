@@ -49,17 +49,14 @@ def _domain(job: Job, cluster: Cluster, scheduler: Scheduler) -> list[int]:
     lower = [row for priority, row in cluster.levels.items() if priority < w.priority]
     if not lower:
         return []
-    fleet = cluster.fleet
     spare_cpu = cluster.level_cpu[lower].sum(axis=0)
     spare_gpus = cluster.level_gpus[lower].sum(axis=0)
     spare_memory = cluster.level_memory[lower].sum(axis=0)
-    room = (fleet.cpu_millis - cluster.used_cpu + spare_cpu >= w.cpu_millis) & (
-        fleet.memory_bytes - cluster.used_memory + spare_memory >= w.memory_bytes
+    room = (cluster.free_cpu + spare_cpu >= w.cpu_millis) & (
+        cluster.free_memory + spare_memory >= w.memory_bytes
     )
     if w.gpus and w.gpu_resource:
-        room &= scheduler.offers(w.gpu_resource) & (
-            fleet.gpus - cluster.used_gpus + spare_gpus >= w.gpus
-        )
+        room &= scheduler.offers(w.gpu_resource) & (cluster.free_gpus + spare_gpus >= w.gpus)
     if scheduler.table is not None and w.performance:
         room &= ~scheduler.kept_off
     room &= (spare_cpu > 0) | (spare_gpus > 0)

@@ -38,8 +38,7 @@ def nodes_to_boot(
     without a boot (booting, draining). Off and coming nodes hold no pods."""
     fleet = cluster.fleet
     nodes = np.concatenate((coming, off))
-    used = (cluster.used_cpu, cluster.used_memory, cluster.used_gpus)
-    waiting = queue.waiting_for(nodes, fleet, used, scheduler.kept_off)
+    waiting = queue.waiting_for(nodes, cluster.free(), scheduler.kept_off)
     if not waiting:
         return []
     cpu = fleet.cpu_millis[nodes].copy()

@@ -91,16 +91,15 @@ class PendingQueue:
     def _could_fit(
         self,
         parked: IntArray,
-        fleet: Fleet,
-        used: tuple[IntArray, IntArray, IntArray],
+        free: tuple[IntArray, IntArray, IntArray],
         nodes: IntArray,
     ) -> BoolArray:
         """Which parked workloads one of ``nodes`` might take (each resource on its own)."""
         if nodes.size == 0:
             return np.zeros(parked.size, dtype=np.bool_)
-        cpu = fleet.cpu_millis[nodes] - used[0][nodes]
-        memory = fleet.memory_bytes[nodes] - used[1][nodes]
-        gpus = fleet.gpus[nodes] - used[2][nodes]
+        cpu = free[0][nodes]
+        memory = free[1][nodes]
+        gpus = free[2][nodes]
         table = np.full(len(self._resource_ids) + 2, -1, dtype=np.int64)
         np.maximum.at(table, self._node_resource[nodes], gpus)
         table[0] = np.iinfo(np.int64).max  # asking for no GPU always fits
@@ -114,8 +113,7 @@ class PendingQueue:
     def to_try(
         self,
         changed: IntArray,
-        fleet: Fleet,
-        used: tuple[IntArray, IntArray, IntArray],
+        free: tuple[IntArray, IntArray, IntArray],
         kept_off: BoolArray,
     ) -> list[int]:
         """The workloads a pass tries, in queue order: every fresh one, and the parked ones
@@ -125,25 +123,24 @@ class PendingQueue:
         chosen = [i for i in fresh if self.waiting[i]]
         parked = self._parked()
         if changed.size and parked.size:
-            ok = self._might_take(parked, fleet, used, changed, kept_off)
+            ok = self._might_take(parked, free, changed, kept_off)
             chosen += parked[ok].tolist()
         return self._in_order(chosen)
 
     def _might_take(
         self,
         jobs: IntArray,
-        fleet: Fleet,
-        used: tuple[IntArray, IntArray, IntArray],
+        free: tuple[IntArray, IntArray, IntArray],
         nodes: IntArray,
         kept_off: BoolArray,
     ) -> BoolArray:
         """Which of ``jobs`` one of ``nodes`` might take (performance ones only counting the
         nodes not kept off)."""
-        ok = self._could_fit(jobs, fleet, used, nodes)
+        ok = self._could_fit(jobs, free, nodes)
         perf = self._performance[jobs]
         if perf.any():
             allowed = nodes[~kept_off[nodes]]
-            ok &= ~perf | self._could_fit(jobs, fleet, used, allowed)
+            ok &= ~perf | self._could_fit(jobs, free, allowed)
         return ok
 
     def _in_order(self, chosen: list[int]) -> list[int]:
@@ -155,8 +152,7 @@ class PendingQueue:
     def waiting_for(
         self,
         nodes: IntArray,
-        fleet: Fleet,
-        used: tuple[IntArray, IntArray, IntArray],
+        free: tuple[IntArray, IntArray, IntArray],
         kept_off: BoolArray,
     ) -> list[int]:
         """The waiting workloads, in queue order, that one of ``nodes`` might take (what the
@@ -164,7 +160,7 @@ class PendingQueue:
         waiting = np.flatnonzero(self.waiting)
         if waiting.size == 0 or nodes.size == 0:
             return []
-        ok = self._might_take(waiting, fleet, used, nodes, kept_off)
+        ok = self._might_take(waiting, free, nodes, kept_off)
         return self._in_order(waiting[ok].tolist())
 
     def waiting_requests(self) -> list[Demand]:

@@ -198,21 +198,45 @@ def _fraction(pod: SlimPod, key: str) -> float:
     return min(max(value, 0.0), 1.0) if value == value else 1.0
 
 
-def node_load(pods: Iterable[SlimPod], cores: float, gpu_count: int) -> Load:
-    """Demanded utilisation from the running pods bound to a node. Each pod's GPUs are whole
-    boards of their own, taken in the order the pods come, busy at the pod's GPU utilisation."""
+@dataclass(frozen=True, slots=True)
+class PodLoad:
+    """What one running pod asks of its node's parts, read once from its utilisation
+    annotations (a node's load is summed from these at every change of its pods)."""
+
+    cpu_cores: float
+    """Cores kept busy: the CPU request x the CPU utilisation."""
+    gpus: int
+    gpu_util: float
+
+
+def pod_load(pod: SlimPod) -> PodLoad:
+    return PodLoad(
+        pod.cpu_millis / 1000 * _fraction(pod, keys.SIM_CPU_UTILIZATION_ANNOTATION),
+        pod.gpus,
+        _fraction(pod, keys.SIM_GPU_UTILIZATION_ANNOTATION) if pod.gpus else 0.0,
+    )
+
+
+def load_of(pods: Iterable[PodLoad], cores: float, gpu_count: int) -> Load:
+    """Demanded utilisation from what the running pods bound to a node ask. Each pod's GPUs are
+    whole boards of their own, taken in the order the pods come, busy at the pod's GPU
+    utilisation."""
     cpu = 0.0
     boards: list[float] = []
     for pod in pods:
-        cpu += pod.cpu_millis / 1000 * _fraction(pod, keys.SIM_CPU_UTILIZATION_ANNOTATION)
+        cpu += pod.cpu_cores
         if pod.gpus and len(boards) < gpu_count:
-            util = _fraction(pod, keys.SIM_GPU_UTILIZATION_ANNOTATION)
-            boards.extend([util] * min(pod.gpus, gpu_count - len(boards)))
+            boards.extend([pod.gpu_util] * min(pod.gpus, gpu_count - len(boards)))
     return Load(
         cpu_util=min(cpu / cores, 1.0),
         gpu_util=math.fsum(boards) / gpu_count if gpu_count else 0.0,
         gpu_boards=tuple(boards),
     )
+
+
+def node_load(pods: Iterable[SlimPod], cores: float, gpu_count: int) -> Load:
+    """:func:`load_of` the running pods bound to a node."""
+    return load_of(map(pod_load, pods), cores, gpu_count)
 
 
 @dataclass
