@@ -19,6 +19,11 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+_SCALED = {
+    **{suffix: (factor, 1) for suffix, factor in _BINARY.items()},
+    **{suffix: (f.numerator, f.denominator) for suffix, f in _DECIMAL.items()},
+}
+"""Suffix -> the factor it scales a number by, as (numerator, denominator)."""
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$"
 )
@@ -39,11 +44,17 @@ def parse_quantity(text: str | int | float) -> Fraction:
     match = _QUANTITY.match(text.strip())
     if match is None:
         raise QuantityError(f"not a quantity: {text!r}")
+    digits = match["num"]
+    suffix = match["suffix"] or ""
+    if suffix in _SCALED and digits.isascii() and digits.isdigit() and len(digits) <= 18:
+        # The common form (a whole number with at most an SI or binary suffix), without the
+        # Decimal round trip: every pod's requests are read this way.
+        numerator, denominator = _SCALED[suffix]
+        return Fraction(int(digits) * numerator, denominator)
     try:
-        number = Fraction(Decimal(match["num"]))
+        number = Fraction(Decimal(digits))
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
         raise QuantityError(f"not a quantity: {text!r}") from exc
-    suffix = match["suffix"] or ""
     if suffix in _BINARY:
         return number * _BINARY[suffix]
     if suffix[:1] in ("e", "E"):

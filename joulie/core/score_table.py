@@ -114,7 +114,13 @@ class ScoreTable:
     def terms(self, name: str) -> NodeTerms | None:
         """The terms stored for a node (None for a node the table does not hold)."""
         row = self._index.get(name)
-        return None if row is None else self._terms[row]
+        if row is None:
+            return None
+        terms = self._terms[row]
+        assert terms is not None  # rows past 0 always hold terms
+        trend = float(self._float["trend"][row])
+        # set_trend moves only the column: the stored terms catch up when read.
+        return terms if terms.trend_w_per_min == trend else terms.with_trend(trend)
 
     def set(self, name: str, terms: NodeTerms | None) -> None:
         """Store (or replace) a node's terms; None forgets the node (no twin scores neutral)."""
@@ -136,18 +142,12 @@ class ScoreTable:
         self._cluster = None
         self._static = None
 
-    def set_trend(self, name: str, trend_w_per_min: float) -> NodeTerms:
+    def set_trend(self, name: str, trend_w_per_min: float) -> None:
         """Replace only the power trend of a node the table holds (the one figure that moves
-        at every reconcile while a node's power moved lately); the node's new terms."""
-        row = self._index[name]
-        terms = self._terms[row]
-        assert terms is not None  # rows past 0 always hold terms
-        terms = terms.with_trend(trend_w_per_min)
-        self._terms[row] = terms
-        self._float["trend"][row] = trend_w_per_min
+        at every reconcile while a node's power moved lately): one column written."""
+        self._float["trend"][self._index[name]] = trend_w_per_min
         self._cluster = None
         self._static = None
-        return terms
 
     def remove(self, name: str) -> None:
         """Forget a node; a name the table does not hold is ignored."""

@@ -23,11 +23,13 @@ import numpy as np
 
 from joulie.api.enums import PolicyType, Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
+from joulie.api.telemetry import ControlRequest
 from joulie.core.enforcement import control_request
-from joulie.core.intents import IntentConfig, node_twin_spec
+from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
 from joulie.core.policy import PlanNode, PolicyInputs, plan, queue_hp_count
+from joulie.core.power_model import Controls
 from joulie.core.score_table import ScoreTable
-from joulie.core.scoring import NodeTerms, filter_reason, terms_of
+from joulie.core.scoring import filter_reason, terms_of
 from joulie.core.twin import (
     PowerHistory,
     TwinInput,
@@ -63,10 +65,10 @@ class _NodeState:
     """The spec ``cap_pct`` was computed from."""
     changed_at: float | None = None
     """When the power last moved (None: not within the trend window)."""
-    terms: NodeTerms | None = None
-    """What the score table holds for the node."""
+    trend: float | None = None
+    """The power trend the score table holds for the node (None: it holds nothing yet)."""
     terms_inputs: tuple[object, ...] = ()
-    """The spec, class and power ``terms`` were computed from."""
+    """The spec, class and power the table's terms were computed from."""
 
 
 class ControlLoop:
@@ -104,6 +106,12 @@ class ControlLoop:
         """Set when a node's class changed (the engine counts classes again and clears it)."""
         self.plans = 0
         """Plans computed (the policy is only asked again when its inputs moved)."""
+        self._intents: dict[tuple[object, ...], tuple[NodeIntent, ControlRequest]] = {}
+        """(group, intent inputs, policy) -> the intent and the control request that puts it
+        in force. A few entries per group: profiles x whether performance pods run x the
+        largest pod's GPUs."""
+        self._controls_after: dict[tuple[int, Controls, int], Controls] = {}
+        """(group, controls before, id of a request held in ``_intents``) -> controls after."""
 
     # --- the plan -----------------------------------------------------------------------
 
@@ -164,27 +172,40 @@ class ControlLoop:
         if inputs == state.intent_inputs:
             return False
         state.intent_inputs = inputs
-        model = self.fleet.model(node)
+        group = int(self.fleet.group_of[node])
+        model = self.fleet.groups[group]
         name = self.fleet.names[node]
-        intent = node_twin_spec(
-            name,
-            planned,
-            active_perf_pods=inputs[1],
-            gpu_count=model.view.gpu_count,
-            hardware=model.hardware,
-            labels=model.labels,
-            catalog_gpu_range=model.view.catalog_gpu_range,
-            running_pod_max_gpus=inputs[2],
-            policy_name=self._policy_name,
-            config=self.config,
-        )
-        changed = False
-        if intent.spec != state.spec:
-            state.spec = intent.spec
+        # The nodes of a group are alike: what the same inputs give is worked out once per
+        # group (the spec kept is the first asker's, whose node name nothing here reads).
+        key = (group, inputs, self._policy_name)
+        found = self._intents.get(key)
+        if found is None:
+            intent = node_twin_spec(
+                name,
+                planned,
+                active_perf_pods=inputs[1],
+                gpu_count=model.view.gpu_count,
+                hardware=model.hardware,
+                labels=model.labels,
+                catalog_gpu_range=model.view.catalog_gpu_range,
+                running_pod_max_gpus=inputs[2],
+                policy_name=self._policy_name,
+                config=self.config,
+            )
             request = control_request(
                 intent.spec, model.summary, governor_writes=self.governor_writes
             )
-            controls, _ = apply_control(name, model.power, cluster.controls[node], request)
+            found = self._intents[key] = (intent, request)
+        intent, request = found
+        changed = False
+        if intent.spec is not state.spec and intent.spec != state.spec:
+            state.spec = intent.spec
+            before = cluster.controls[node]
+            after_key = (group, before, id(request))
+            controls = self._controls_after.get(after_key)
+            if controls is None:
+                controls, _ = apply_control(name, model.power, before, request)
+                self._controls_after[after_key] = controls
             cluster.set_controls(node, controls, t)
             if state.label != intent.spec.profile:
                 state.label = intent.spec.profile
@@ -235,12 +256,12 @@ class ControlLoop:
         state = self.nodes[node]
         name = self.fleet.names[node]
         inputs = (state.spec, state.schedulable_class, state.last_w)
-        terms = state.terms
-        if terms is not None and state.terms_inputs == inputs:
+        if state.trend is not None and state.terms_inputs == inputs:
             trend = display_value(self.history.trend(name), "trend")
-            if trend == terms.trend_w_per_min:
+            if trend == state.trend:
                 return False
-            state.terms = self.table.set_trend(name, trend)
+            state.trend = trend
+            self.table.set_trend(name, trend)
             return True
         out = self._twin_output(node)
         terms = terms_of(
@@ -255,7 +276,7 @@ class ControlLoop:
             fresh=True,
         )
         state.terms_inputs = inputs
-        state.terms = terms
+        state.trend = terms.trend_w_per_min
         self.table.set(name, terms)
         return True
 
