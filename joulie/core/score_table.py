@@ -95,6 +95,8 @@ class ScoreTable:
         self._cluster: ClusterTerms | None = ClusterTerms()
         self._static: _Static | None = None
         """The pod-independent columns of the score, until a node's terms change."""
+        self._kinds: _Kinds | None = None
+        """The distinct power profiles of the rows, until a row's profile changes."""
         self._layout = 0
         """Changes whenever a name gets or loses a row."""
         self._rows_of: deque[tuple[Sequence[str], int, npt.NDArray[np.intp]]] = deque(
@@ -136,6 +138,7 @@ class ScoreTable:
             self._names.append(name)
             self._terms.append(terms)
             self._layout += 1
+            self._kinds = None
         else:
             self._terms[row] = terms
         self._write(row, terms)
@@ -168,6 +171,7 @@ class ScoreTable:
         self._clear(last)
         self._cluster = None
         self._static = None
+        self._kinds = None
         self._layout += 1
 
     def cluster(self) -> ClusterTerms:
@@ -287,9 +291,18 @@ class ScoreTable:
         f["cooling"][row] = terms.cooling_stress
         f["trend"][row] = terms.trend_w_per_min
         # A node without a profile adds 0 W: a CPU maximum of 0 makes its marginal watts 0.
-        f["cores_div"][row] = max(1, power.cores) if power is not None else 1
-        f["cpu_max"][row] = power.cpu_max_watts if power is not None else 0.0
-        f["gpu_max"][row] = power.gpu_max_watts if power is not None and power.has_gpu else 0.0
+        cores_div = max(1, power.cores) if power is not None else 1
+        cpu_max = power.cpu_max_watts if power is not None else 0.0
+        gpu_max = power.gpu_max_watts if power is not None and power.has_gpu else 0.0
+        if (f["cores_div"][row], f["cpu_max"][row], f["gpu_max"][row]) != (
+            cores_div,
+            cpu_max,
+            gpu_max,
+        ):
+            self._kinds = None
+        f["cores_div"][row] = cores_div
+        f["cpu_max"][row] = cpu_max
+        f["gpu_max"][row] = gpu_max
         b["fresh"][row] = terms.fresh
         b["has_measurement"][row] = terms.has_measurement
         b["eco"][row] = terms.schedulable_class == SchedulableClass.ECO
@@ -329,10 +342,6 @@ class ScoreTable:
             # rows, several times faster than picking them out of each column.
             floats = np.empty((n, len(_STATIC_FLOATS)))
             columns = floats.T
-            columns[_CORES_DIV] = f["cores_div"][:n]
-            # The scalar expression multiplies the CPU maximum by the coefficient first.
-            columns[_CPU_WATTS] = f["cpu_max"][:n] * self._coefficients.cpu_util
-            columns[_GPU_MAX] = f["gpu_max"][:n]
             columns[_CAPPED] = capped
             columns[_MEASURED] = f["measured"][:n]
             columns[_SAFE_CAPPED] = np.where(budgeted, capped, 1.0)
@@ -343,20 +352,45 @@ class ScoreTable:
             flags = np.empty((n, 2), dtype=np.bool_)
             flags.T[_BUDGETED] = budgeted
             flags.T[_FRESH] = b["fresh"][:n]
-            self._static = _Static(floats, flags)
+            self._static = _Static(floats, flags, bool(budgeted.all()), bool(b["fresh"][:n].all()))
         return self._static
+
+    def _kinds_of_rows(self) -> _Kinds:
+        """The rows' distinct power profiles (a pod's marginal watts depend on nothing else):
+        thousands of nodes are a handful of hardware kinds, so the marginal watts are worked
+        out per kind and spread to the rows in one gather."""
+        if self._kinds is None:
+            n = len(self._names)
+            f = self._float
+            profiles = np.column_stack(
+                (
+                    f["cores_div"][:n],
+                    # The scalar expression multiplies the CPU maximum by the coefficient first.
+                    f["cpu_max"][:n] * self._coefficients.cpu_util,
+                    f["gpu_max"][:n],
+                )
+            )
+            kinds, of_row = np.unique(profiles, axis=0, return_inverse=True)
+            self._kinds = _Kinds(np.ascontiguousarray(kinds.T), of_row.reshape(-1).astype(np.intp))
+        return self._kinds
 
     def _all_scores(self, demand: PodDemand) -> FloatArray:
         """Scores of rows 0..n-1, the expression of :func:`score_breakdown` over columns."""
         static = self._static_parts()
-        return self._scores_of(demand, static.floats.T, static.flags.T)
+        kinds = self._kinds_of_rows()
+        return self._scores_of(demand, static, static.floats.T, static.flags.T, kinds.of_row)
 
     def scores_at(self, demand: PodDemand, rows: npt.NDArray[np.intp]) -> FloatArray:
         """The scores of the given rows (:meth:`rows`) only: cheaper than every node's when
         they are few (a placement that already knows which nodes fit)."""
         static = self._static_parts()
+        kinds = self._kinds_of_rows()
         return self._scores_of(
-            demand, static.floats.take(rows, axis=0).T, static.flags.take(rows, axis=0).T
+            demand,
+            static,
+            static.floats.take(rows, axis=0).T,
+            static.flags.take(rows, axis=0).T,
+            kinds.of_row.take(rows),
         )
 
     def priorities_at(self, demand: PodDemand, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
@@ -364,20 +398,29 @@ class ScoreTable:
         return _priorities(self.scores_at(demand, rows))
 
     def _scores_of(
-        self, demand: PodDemand, floats: FloatArray, flags: npt.NDArray[np.bool_]
+        self,
+        demand: PodDemand,
+        static: _Static,
+        floats: FloatArray,
+        flags: npt.NDArray[np.bool_],
+        kind_of: npt.NDArray[np.intp],
     ) -> FloatArray:
+        """The scores of the rows whose static parts are ``floats`` and ``flags`` (columns)
+        and whose power profiles are ``kind_of`` (rows of :meth:`_kinds_of_rows`)."""
         # Operation for operation the scalar expression, written in place (one new array per
         # step would double the cost of a request on thousands of nodes).
         coefficients = self._coefficients
-        marginal = demand.cpu_cores / floats[_CORES_DIV]  # the pod's share of the cores
-        np.maximum(marginal, 0.0, out=marginal)
-        np.minimum(marginal, 1.0, out=marginal)
-        np.multiply(floats[_CPU_WATTS], marginal, out=marginal)
-        marginal *= memory_factor(demand.memory_gib)
+        kinds = self._kinds_of_rows().profiles
+        per_kind = demand.cpu_cores / kinds[_CORES_DIV]  # the pod's share of the cores
+        np.maximum(per_kind, 0.0, out=per_kind)
+        np.minimum(per_kind, 1.0, out=per_kind)
+        np.multiply(kinds[_CPU_WATTS], per_kind, out=per_kind)
+        per_kind *= memory_factor(demand.memory_gib)
         if demand.gpus > 0:
-            gpu = demand.gpus * floats[_GPU_MAX]
+            gpu = demand.gpus * kinds[_GPU_MAX]
             gpu *= gpu_coefficient(demand.performance, coefficients)
-            marginal += gpu
+            per_kind += gpu
+        marginal = per_kind.take(kind_of)
         projected = np.add(floats[_MEASURED], marginal, out=marginal)
         np.subtract(floats[_CAPPED], projected, out=projected)
         # A budget of a tiny fraction of a watt overflows to -inf/inf here exactly as the scalar
@@ -386,7 +429,12 @@ class ScoreTable:
             projected /= floats[_SAFE_CAPPED]
             projected *= 100.0
         np.minimum(projected, MAX_SCORE, out=projected)
-        value = np.where(flags[_BUDGETED], projected, floats[_HEADROOM])  # the headroom
+        # The headroom (where every row has a budget, the projection is it: no selection).
+        value = (
+            projected
+            if static.all_budgeted
+            else np.where(flags[_BUDGETED], projected, floats[_HEADROOM])
+        )
         value *= HEADROOM_WEIGHT
         value += floats[_COOLING]
         value += floats[_BONUS]
@@ -394,7 +442,9 @@ class ScoreTable:
             value += floats[_STANDARD]
         np.maximum(value, 0.0, out=value)
         np.minimum(value, MAX_SCORE, out=value)
-        result: FloatArray = np.where(flags[_FRESH], value, NEUTRAL_SCORE)
+        result: FloatArray = (
+            value if static.all_fresh else np.where(flags[_FRESH], value, NEUTRAL_SCORE)
+        )
         return result
 
 
@@ -409,9 +459,6 @@ def _priorities(values: FloatArray) -> npt.NDArray[np.intp]:
 
 
 _STATIC_FLOATS: Final = (
-    "cores_div",
-    "cpu_watts",
-    "gpu_max",
     "capped",
     "measured",
     "safe_capped",
@@ -420,27 +467,29 @@ _STATIC_FLOATS: Final = (
     "bonus",
     "standard",
 )
-(
-    _CORES_DIV,
-    _CPU_WATTS,
-    _GPU_MAX,
-    _CAPPED,
-    _MEASURED,
-    _SAFE_CAPPED,
-    _HEADROOM,
-    _COOLING,
-    _BONUS,
-    _STANDARD,
-) = range(len(_STATIC_FLOATS))
+_CAPPED, _MEASURED, _SAFE_CAPPED, _HEADROOM, _COOLING, _BONUS, _STANDARD = range(7)
 _BUDGETED, _FRESH = 0, 1
+_CORES_DIV, _CPU_WATTS, _GPU_MAX = 0, 1, 2
+"""Columns of a power profile (:class:`_Kinds`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Static:
     floats: FloatArray
-    """Per node (a row): the logical-CPU divisor, CPU maximum x the CPU coefficient, GPU
-    maximum, capped budget, measured power, the budget or 1 where there is none (a safe
-    divisor), the twin's headroom, (100 - cooling stress) x the cooling weight, the trend
-    bonus, and what a standard pod's score gains (eco bonus) or loses (pressure relief)."""
+    """Per node (a row): capped budget, measured power, the budget or 1 where there is none
+    (a safe divisor), the twin's headroom, (100 - cooling stress) x the cooling weight, the
+    trend bonus, and what a standard pod's score gains (eco bonus) or loses (pressure
+    relief)."""
     flags: npt.NDArray[np.bool_]
     """Per node: whether the node has a capped budget, whether its twin is fresh."""
+    all_budgeted: bool
+    all_fresh: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Kinds:
+    profiles: FloatArray
+    """Per distinct power profile (columns): the logical-CPU divisor, the CPU maximum x the
+    CPU coefficient, the GPU maximum."""
+    of_row: npt.NDArray[np.intp]
+    """Each row's profile."""
