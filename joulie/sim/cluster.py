@@ -129,6 +129,9 @@ class Cluster:
         """What each node has left for another pod (allocatable less the running pods'
         requests): what every fit test reads, kept as it changes rather than subtracted at
         each test."""
+        self.used_cpu = np.zeros(n, dtype=np.int64)
+        self.used_memory = np.zeros(n, dtype=np.int64)
+        """What the running pods request on each node (what the scores read)."""
         self.pods_on: list[dict[int, list[SlimPod]]] = [{} for _ in range(n)]
         """Per node: job index -> its pods there."""
         self.performance_pods = np.zeros(n, dtype=np.int64)
@@ -251,6 +254,8 @@ class Cluster:
         self.free_cpu[node] -= cpu_millis
         self.free_memory[node] -= memory_bytes
         self.free_gpus[node] -= gpus
+        self.used_cpu[node] += cpu_millis
+        self.used_memory[node] += memory_bytes
 
     def free(self) -> tuple[IntArray, IntArray, IntArray]:
         """Free CPU millicores, memory bytes and GPUs per node (the arrays themselves)."""

@@ -50,6 +50,7 @@ class Scheduler:
         self._cpu = fleet.cpu_millis
         self._memory = fleet.memory_bytes
         self._gpus = fleet.gpus
+        self._group_sizes = np.bincount(fleet.group_of, minlength=len(fleet.groups)).tolist()
         self._offers: dict[str, BoolArray] = {}
         for resource in {r for r in fleet.gpu_resource if r}:
             self._offers[resource] = np.array([r == resource for r in fleet.gpu_resource])
@@ -83,9 +84,8 @@ class Scheduler:
         c = self.cluster
         cpu = self._cpu[nodes]
         memory = self._memory[nodes]
-        # (allocatable - free) is the room in use, exactly (integers).
-        cpu_after = (cpu - c.free_cpu[nodes] + w.cpu_millis) / cpu
-        memory_after = (memory - c.free_memory[nodes] + w.memory_bytes) / memory
+        cpu_after = (c.used_cpu[nodes] + w.cpu_millis) / cpu
+        memory_after = (c.used_memory[nodes] + w.memory_bytes) / memory
         # least = ((1 - cpu_after) + (1 - memory_after)) x 50, balanced = (1 - |cpu_after -
         # memory_after| / 2) x 100, each floored, written in place.
         total = 1.0 - cpu_after
@@ -194,10 +194,16 @@ class Scheduler:
         made performance). A workload that never fits stays pending forever in Kubernetes;
         the engine reports it instead of waiting for it."""
         w = job.workload
-        mask = (self._cpu >= w.cpu_millis) & (self._memory >= w.memory_bytes)
-        if w.gpus and w.gpu_resource:
-            offers = self._offers.get(w.gpu_resource)
-            if offers is None:
-                return False
-            mask &= offers & (self._gpus >= w.gpus)
-        return int(mask.sum()) >= w.min_count
+        # The nodes of a group are alike: count whole groups.
+        able = 0
+        for group, size in zip(self.fleet.groups, self._group_sizes, strict=True):
+            if (
+                group.cpu_millis >= w.cpu_millis
+                and group.memory_bytes >= w.memory_bytes
+                and (
+                    not (w.gpus and w.gpu_resource)
+                    or (group.gpu_resource == w.gpu_resource and group.gpus >= w.gpus)
+                )
+            ):
+                able += size
+        return able >= w.min_count

@@ -26,6 +26,9 @@ __all__ = ["PendingQueue"]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
+_FEW = 32
+"""Up to this many nodes, the most free GPUs of each kind are found in a Python loop."""
+
 
 class PendingQueue:
     def __init__(self, jobs: Sequence[Job], fleet: Fleet, joulie: bool) -> None:
@@ -97,15 +100,21 @@ class PendingQueue:
         """Which parked workloads one of ``nodes`` might take (each resource on its own)."""
         if nodes.size == 0:
             return np.zeros(parked.size, dtype=np.bool_)
-        cpu = free[0][nodes]
-        memory = free[1][nodes]
-        gpus = free[2][nodes]
-        table = np.full(len(self._resource_ids) + 2, -1, dtype=np.int64)
-        np.maximum.at(table, self._node_resource[nodes], gpus)
+        # The most free GPUs of each kind. Usually over a handful of nodes (those a finished
+        # workload left), where plain Python beats numpy's per-call cost.
+        resources, gpus = self._node_resource[nodes], free[2][nodes]
+        if nodes.size <= _FEW:
+            most = [-1] * (len(self._resource_ids) + 2)
+            for resource, count in zip(resources.tolist(), gpus.tolist(), strict=True):
+                most[resource] = max(most[resource], count)
+            table = np.array(most, dtype=np.int64)
+        else:
+            table = np.full(len(self._resource_ids) + 2, -1, dtype=np.int64)
+            np.maximum.at(table, resources, gpus)
         table[0] = np.iinfo(np.int64).max  # asking for no GPU always fits
         fits: BoolArray = (
-            (self._cpu[parked] <= cpu.max())
-            & (self._memory[parked] <= memory.max())
+            (self._cpu[parked] <= free[0][nodes].max())
+            & (self._memory[parked] <= free[1][nodes].max())
             & (self._gpus[parked] <= table[self._resource[parked]])
         )
         return fits
