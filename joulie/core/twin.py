@@ -478,7 +478,10 @@ def _slope(samples: deque[tuple[float, float]]) -> float:
     """Least-squares slope in W/s. Times are taken relative to the first sample, so that epoch
     seconds squared do not swamp the differences."""
     t0, w0 = samples[0]
-    if all(w == w0 for _, w in samples):
+    for _, w in samples:
+        if w != w0:
+            break
+    else:
         return 0.0  # the steady case, and the common one
     n = len(samples)
     sum_t = sum_w = sum_tt = sum_tw = 0.0

@@ -122,12 +122,11 @@ class Scheduler:
 
     # --- a workload ---------------------------------------------------------------------
 
-    def _room_for(self, job: Job, among: IntArray | None = None) -> int:
-        """How many pods of ``job`` the free room of the allowed nodes (of ``among``, else
-        all) holds together."""
+    def _room_for(self, job: Job, nodes: IntArray) -> int:
+        """How many pods of ``job`` the free room of ``nodes`` (each able to take one) holds
+        together."""
         w = job.workload
         c = self.cluster
-        nodes = np.flatnonzero(self.fits(job)) if among is None else among[self.fits(job, among)]
         if nodes.size == 0:
             return 0
         room = np.minimum(
@@ -155,11 +154,12 @@ class Scheduler:
         w = job.workload
         c = self.cluster
         if changed is not None and job.room_bound is not None:
-            bound = job.room_bound + self._room_for(job, changed)
+            bound = job.room_bound + self._room_for(job, changed[self.fits(job, changed)])
             if bound < w.min_count:
                 job.room_bound = bound
                 return None
-        room = self._room_for(job)
+        feasible = np.flatnonzero(self.fits(job))
+        room = self._room_for(job, feasible)
         if room < w.min_count:
             job.room_bound = room
             return None  # placing the members one by one could only fail
@@ -168,7 +168,6 @@ class Scheduler:
         # Each member goes where best() would send it. Members are scored once: holding a
         # member's room changes only that node's fit and score (the extender's priorities
         # depend on the table alone), so only its entry is scored again.
-        feasible = np.flatnonzero(self.fits(job))
         scores = self._scores(job, feasible)
         try:
             for _ in range(w.pods):
