@@ -182,8 +182,12 @@ class ScoreTable:
             perf = fresh & self._bool["performance"][:n]
             measured = fresh & self._bool["has_measurement"][:n]
             pressures = (100.0 - self._float["headroom"][:n][perf]).tolist()
-            trends = self._float["trend"][:n][measured].tolist()
-            self._cluster = cluster_from(pressures, trends)
+            trends = self._float["trend"][:n][measured]
+            # Zeros (every quiet node's trend) add nothing to the exact sum: only the moving
+            # trends are summed, the mean still taken over every measured node.
+            self._cluster = cluster_from(
+                pressures, trends[trends != 0.0].tolist(), trend_count=trends.size
+            )
         return self._cluster
 
     def rows(self, names: Sequence[str]) -> npt.NDArray[np.intp]:

@@ -250,11 +250,16 @@ class ClusterTerms:
     """Mean trend over fresh twins with a power measurement (what chose the scale)."""
 
 
-def cluster_from(pressures: list[float], trends: list[float]) -> ClusterTerms:
+def cluster_from(
+    pressures: list[float], trends: list[float], trend_count: int | None = None
+) -> ClusterTerms:
     """The cluster's terms from the performance nodes' pressures and the measured trends (the
-    shared arithmetic of :func:`cluster_terms` and the score table)."""
+    shared arithmetic of :func:`cluster_terms` and the score table). ``trend_count``: how many
+    nodes the trends are the mean over, when zero trends were left out of ``trends`` (they add
+    nothing to the exact sum); None: ``len(trends)``."""
     pressure = math.fsum(pressures) / len(pressures) if pressures else 0.0
-    mean_trend = math.fsum(trends) / len(trends) if trends else 0.0
+    count = len(trends) if trend_count is None else trend_count
+    mean_trend = math.fsum(trends) / count if count else 0.0
     scale = TREND_SCALE_FAST if abs(mean_trend) > TREND_FAST_W_PER_MIN else TREND_SCALE_NORMAL
     return ClusterTerms(pressure, scale, mean_trend)
 
