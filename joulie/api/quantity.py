@@ -1,4 +1,11 @@
-"""Kubernetes resource quantities ("500m", "2", "1Gi", "1e3") as exact numbers."""
+"""Kubernetes resource quantities ("500m", "2", "1Gi", "1e3") as exact numbers.
+
+Quantities come from outsiders (pod specs in extender requests, query strings, settings), and
+exact arithmetic on a number of millions of digits takes seconds: the text is bounded to
+:data:`MAX_TEXT` characters and a decimal exponent to :data:`MAX_EXPONENT` either way, far past
+any real quantity (an exabyte is 1e18), and anything past those is refused like any other bad
+quantity. So every quantity parses in microseconds.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +36,12 @@ _QUANTITY = re.compile(
 )
 
 
+MAX_TEXT = 64
+"""The longest quantity text accepted, in characters (after surrounding blanks)."""
+MAX_EXPONENT = 64
+"""The largest decimal exponent accepted, either way ("1e64", "1e-64")."""
+
+
 class QuantityError(ValueError):
     pass
 
@@ -40,8 +53,16 @@ def parse_quantity(text: str | int | float) -> Fraction:
     if isinstance(text, int):
         return Fraction(text)
     if isinstance(text, float):
+        if text != text or text in (float("inf"), float("-inf")):
+            raise QuantityError(f"not a quantity: {text!r}")
         return Fraction(Decimal(repr(text)))
-    match = _QUANTITY.match(text.strip())
+    stripped = text.strip()
+    if len(stripped) > MAX_TEXT:
+        raise QuantityError(
+            f"not a quantity: {stripped[:MAX_TEXT]!r}... ({len(stripped)} characters, "
+            f"at most {MAX_TEXT})"
+        )
+    match = _QUANTITY.match(stripped)
     if match is None:
         raise QuantityError(f"not a quantity: {text!r}")
     digits = match["num"]
@@ -58,5 +79,10 @@ def parse_quantity(text: str | int | float) -> Fraction:
     if suffix in _BINARY:
         return number * _BINARY[suffix]
     if suffix[:1] in ("e", "E"):
-        return number * Fraction(10) ** int(suffix[1:])
+        exponent = int(suffix[1:])  # at most MAX_TEXT digits: cheap
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(
+                f"not a quantity: {text!r} (exponent past {MAX_EXPONENT} either way)"
+            )
+        return number * Fraction(10) ** exponent
     return number * _DECIMAL[suffix]

@@ -58,3 +58,34 @@ def test_quantities(text: str | int, value: Fraction | int) -> None:
 def test_bad_quantities(text: str) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e20000000",  # exact arithmetic on it blocked the extender for 26.7 s
+        "1e-20000000",
+        "1e" + "9" * 5000,  # past Python's integer-string limit: was a ValueError, not ours
+        "1" * 65,
+        float("inf"),
+        float("nan"),
+    ],
+)
+def test_outsized_quantities_are_refused_at_once(text: str | float) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_the_bounds_leave_every_real_quantity_alone() -> None:
+    assert parse_quantity("1e64") == 10**64
+    assert parse_quantity("1e-64") == Fraction(1, 10**64)
+    assert parse_quantity("8Ei") == 8 * 2**60
+    assert parse_quantity("0." + "0" * 40 + "1") == Fraction(1, 10**41)
+
+
+def test_whole_numbers_take_the_fast_path_to_the_same_values() -> None:
+    # Long whole numbers and signed ones go through Decimal; both give the exact value.
+    assert parse_quantity("123456789012345678") == 123456789012345678
+    assert parse_quantity("1234567890123456789m") == Fraction(1234567890123456789, 1000)
+    assert parse_quantity("-3m") == Fraction(-3, 1000)
+    assert parse_quantity("12345m") == Fraction(12345, 1000)
