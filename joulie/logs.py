@@ -11,8 +11,19 @@ import sys
 from typing import IO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 from joulie.process_settings import LogFormat, LogLevel
+
+MAX_TRACEBACK_FRAMES = 20
+"""Frames a logged traceback keeps (structlog keeps the first and last ones past this): a deep
+recursion must not make a log line of megabytes."""
+
+# Never a frame's local variables: structlog shows them by default, and a failure at start-up
+# logged the webhook's signing key three times in one line. A traceback names code, not data.
+_JSON_TRACEBACKS = structlog.processors.ExceptionRenderer(
+    ExceptionDictTransformer(show_locals=False, max_frames=MAX_TRACEBACK_FRAMES, use_rich=False)
+)
 
 _LEVELS = {
     LogLevel.DEBUG: logging.DEBUG,
@@ -34,13 +45,15 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor = (
-        structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+        structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+        if console
+        else structlog.processors.JSONRenderer()
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            *([] if console else [structlog.processors.dict_tracebacks]),
+            *([] if console else [_JSON_TRACEBACKS]),
             renderer,
         ],
     )

@@ -5,8 +5,8 @@ The matrix says what a node on its own calls for; these rules look at the fleet.
 not ours to touch (opted out, being removed by another controller, in backoff after a failure)
 never become candidates; of the candidates, a circuit breaker halts everything while too many
 nodes are NotReady (a broken network or control plane looks like a dead fleet, and powering
-nodes off would make it one), drains respect a minimum node count, a disruption budget and a
-concurrency limit, and shutdowns their own concurrency limit.
+nodes off would make it one), and every drain and shutdown respects a minimum node count and a
+disruption budget, drains and shutdowns each their own concurrency limit.
 """
 
 from __future__ import annotations
@@ -49,11 +49,15 @@ class Limits:
     budget_pct: float = 10.0
     """Nodes draining or shutting down at once, in percent of the managed nodes (rounded up)."""
     min_nodes: int = 0
-    """Drains never take the managed nodes not draining or shutting down below this."""
+    """Drains and shutdowns never take the managed nodes not draining or shutting down below
+    this."""
     unready_halt_pct: float = 45.0
     """Above this share of NotReady managed nodes, nothing is drained or shut down ..."""
     unready_ok_count: int = 3
-    """... unless no more than this many are NotReady (a small cluster's one broken node)."""
+    """... unless no more than this many are NotReady while most nodes are Ready (a small
+    cluster's one broken node). Cluster autoscaler tolerates this count whatever the share; on
+    a fleet so small that the count is most of it, that would leave no breaker at all (3 of 3
+    NotReady shut down together), so the tolerance holds only while a majority is Ready."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,9 @@ def left_alone(
 
 def circuit_open(fleet: FleetCounts, limits: Limits) -> str | None:
     """Why every drain and shutdown is halted now, or None."""
-    if fleet.managed == 0 or fleet.unready <= limits.unready_ok_count:
+    if fleet.managed == 0:
+        return None
+    if fleet.unready <= limits.unready_ok_count and 2 * fleet.unready <= fleet.managed:
         return None
     share = 100.0 * fleet.unready / fleet.managed
     if share > limits.unready_halt_pct:
@@ -127,6 +133,30 @@ def _order(candidate: Candidate) -> tuple[int, float, str]:
     return broken, since, candidate.name
 
 
+def _held_back(
+    action: Action, managed: int, draining: int, shutting: int, budget: int, limits: Limits
+) -> str | None:
+    """Why a drain or shutdown may not start with ``draining`` and ``shutting`` in flight, or
+    None. Both take a node out of service, so both answer to the floor and the budget; a
+    broken node counts as serving for the floor (it is a node left on, and a late heartbeat
+    does not prove it useless)."""
+    if action not in (Action.START_DRAIN, Action.START_SHUTDOWN):
+        return None
+    serving = managed - draining - shutting
+    if serving - 1 < limits.min_nodes:
+        return f"{serving} nodes serving, minimum {limits.min_nodes}"
+    if draining + shutting >= budget:
+        return (
+            f"disruption budget spent: {draining + shutting} of {budget} "
+            f"({limits.budget_pct:g} % of {managed})"
+        )
+    if action is Action.START_SHUTDOWN and shutting >= limits.max_concurrent_shutdowns:
+        return f"{shutting} shutdowns in flight (limit {limits.max_concurrent_shutdowns})"
+    if action is Action.START_DRAIN and draining >= limits.max_concurrent_drains:
+        return f"{draining} drains in flight (limit {limits.max_concurrent_drains})"
+    return None
+
+
 def admit(candidates: Sequence[Candidate], fleet: FleetCounts, limits: Limits) -> list[Verdict]:
     """Each candidate's verdict, in the order they would be acted on."""
     halted = circuit_open(fleet, limits)
@@ -135,25 +165,13 @@ def admit(candidates: Sequence[Candidate], fleet: FleetCounts, limits: Limits) -
     draining, shutting = fleet.draining, fleet.shutting_down
     verdicts: list[Verdict] = []
     for candidate in sorted(candidates, key=_order):
-        reason = halted
+        reason = halted or _held_back(
+            candidate.action, fleet.managed, draining, shutting, budget, limits
+        )
         if reason is None and candidate.action is Action.START_SHUTDOWN:
-            if shutting >= limits.max_concurrent_shutdowns:
-                reason = f"{shutting} shutdowns in flight (limit {limits.max_concurrent_shutdowns})"
-            else:
-                shutting += 1
+            shutting += 1
         elif reason is None and candidate.action is Action.START_DRAIN:
-            serving = fleet.managed - draining - shutting
-            if serving - 1 < limits.min_nodes:
-                reason = f"{serving} nodes serving, minimum {limits.min_nodes}"
-            elif draining + shutting >= budget:
-                reason = (
-                    f"disruption budget spent: {draining + shutting} of {budget} "
-                    f"({limits.budget_pct:g} % of {fleet.managed})"
-                )
-            elif draining >= limits.max_concurrent_drains:
-                reason = f"{draining} drains in flight (limit {limits.max_concurrent_drains})"
-            else:
-                draining += 1
+            draining += 1
         verdicts.append(Verdict(candidate, reason is None, reason or ""))
     return verdicts
 

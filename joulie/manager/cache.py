@@ -45,6 +45,11 @@ _WORKLOAD_NODE = "workload-node"
 _PENDING = "pending"
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MIRROR_NAMESPACES = frozenset({"kube-system"})
+"""Where a mirror pod counts as node-local system work: kubeadm and the usual installers put
+the static control-plane and node pods there, and only cluster administrators create pods in
+it. A tenant could create a pod with the mirror annotation and a Node owner reference in its
+own namespace and so get a busy node drained and powered off."""
 _PLANNING_ANNOTATIONS = (
     keys.HW_CPU_MODEL_ANNOTATION,
     keys.HW_GPU_MODEL_ANNOTATION,
@@ -164,13 +169,26 @@ def _multi_gpu_node(pod: SlimPod) -> tuple[str, ...]:
     return ()
 
 
+def is_mirror_pod(pod: SlimPod) -> bool:
+    """A static pod's mirror as the kubelet makes it: the mirror annotation, its Node as the
+    controlling owner, in a namespace of :data:`MIRROR_NAMESPACES`. Anyone who may create pods
+    can write the annotation and a Node owner reference, so neither alone proves anything."""
+    return (
+        MIRROR_ANNOTATION in pod.annotations
+        and pod.owner_kind == "Node"
+        and pod.namespace in MIRROR_NAMESPACES
+    )
+
+
 def is_workload(pod: SlimPod) -> bool:
-    """A pod that keeps its node from being drained: not finished, not a DaemonSet's (those run
-    on every node and never block a removal) and not a static (mirror) pod."""
+    """A pod that keeps its node from being drained and powered off: anything not finished that
+    is not provably node-local system work, which is a DaemonSet's pod (those run on every
+    node and never block a removal) or a static pod's mirror (:func:`is_mirror_pod`). A pod
+    that merely looks like a mirror counts as work."""
     return (
         pod.phase not in ("Succeeded", "Failed")
-        and pod.owner_kind not in ("DaemonSet", "Node")
-        and MIRROR_ANNOTATION not in pod.annotations
+        and pod.owner_kind != "DaemonSet"
+        and not is_mirror_pod(pod)
     )
 
 

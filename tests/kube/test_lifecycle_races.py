@@ -4,7 +4,7 @@ the KWOK actuator: the races a drain must survive.
 * a pod that binds after the taint cancels the drain, and the taint and cordon go;
 * a manager restarted mid-drain resumes it (or rolls it back when the node became busy);
 * an actuator that fails removes nothing, and the node is tried again after its backoff;
-* a busy node is never shut down.
+* a busy node is never shut down, nor one whose pod only looks like system work.
 """
 
 from __future__ import annotations
@@ -342,3 +342,80 @@ async def test_an_idle_node_a_pending_pod_could_use_is_held(
         with cluster.api() as api:
             api.delete(f"/api/v1/namespaces/{namespace}/pods/{pod}").raise_for_status()
         await eventually(lambda: node(cluster, name) is None, 30, "the node drained and removed")
+
+
+def tenant_pod(cluster: LocalCluster, namespace: str, node: str, metadata: dict[str, Any]) -> None:
+    """A pod on ``node`` created by a ServiceAccount that may only create pods in
+    ``namespace`` (impersonated), with ``metadata`` of its choosing."""
+    account = f"system:serviceaccount:{namespace}:tenant"
+    with cluster.api() as api:
+        for path, body in (
+            (f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "tenant"}}),
+            (
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+                {
+                    "metadata": {"name": "pods"},
+                    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+                },
+            ),
+            (
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+                {
+                    "metadata": {"name": "tenant-pods"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": "pods",
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}
+                    ],
+                },
+            ),
+        ):
+            answer = api.post(path, json=body)
+            if answer.status_code != 409:
+                answer.raise_for_status()
+        api.post(
+            f"/api/v1/namespaces/{namespace}/pods",
+            headers={"Impersonate-User": account},
+            json={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"generateName": "lookalike-", **metadata},
+                "spec": {
+                    "nodeName": node,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "busybox"}],
+                },
+            },
+        ).raise_for_status()
+
+
+async def test_a_pod_that_only_looks_like_system_work_keeps_its_node_on(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant that may only create pods writes the mirror annotation and a Node owner
+    reference itself: such pods were taken for static pods, and their nodes drained and
+    deleted about 2 s later (with a real actuator, powered off under a running pod)."""
+    monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
+    annotated, owned, idle = make_nodes(cluster, "lookalike", 3)
+    live = node(cluster, owned)
+    assert live is not None
+    node_owner = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": owned,
+        "uid": live["metadata"]["uid"],
+        "controller": True,
+    }
+    tenant_pod(cluster, namespace, annotated, {"annotations": {"kubernetes.io/config.mirror": "x"}})
+    tenant_pod(cluster, namespace, owned, {"ownerReferences": [node_owner]})
+    async with manager(cluster, lifecycle_env("lookalike")):
+        await eventually(lambda: node(cluster, idle) is None, 30, "the idle node to be removed")
+        await passes_go_by(6)
+        assert untouched(node(cluster, annotated))
+        assert untouched(node(cluster, owned))

@@ -75,13 +75,23 @@ def raw_pod(
 def test_which_pods_make_a_node_busy() -> None:
     assert workload_nodes(project_pod(raw_pod())) == ("n1",)
     assert workload_nodes(project_pod(raw_pod(owner="DaemonSet"))) == ()
-    assert workload_nodes(project_pod(raw_pod(owner="Node"))) == ()  # a static pod's mirror
-    mirrored = raw_pod(annotations={MIRROR_ANNOTATION: "abc"})
-    assert workload_nodes(project_pod(mirrored)) == ()
+    # A static pod's mirror as the kubelet makes it: annotated, owned by its Node, kube-system.
+    mirror = raw_pod(owner="Node", annotations={MIRROR_ANNOTATION: "abc"})
+    mirror["metadata"]["namespace"] = "kube-system"
+    assert workload_nodes(project_pod(mirror)) == ()
     assert workload_nodes(project_pod(raw_pod(phase="Succeeded"))) == ()
     assert workload_nodes(project_pod(raw_pod(phase="Failed"))) == ()
     # Preemption making room for a pod keeps that node busy too.
     assert workload_nodes(project_pod(raw_pod(node="", phase="Pending", nominated="n2"))) == ("n2",)
+
+
+def test_a_pod_that_only_looks_like_a_mirror_is_work() -> None:
+    # Any account that may create pods can write these; each was taken for a static pod's mirror
+    # and the node under it drained and deleted about 2 s later.
+    assert workload_nodes(project_pod(raw_pod(owner="Node"))) == ("n1",)
+    assert workload_nodes(project_pod(raw_pod(annotations={MIRROR_ANNOTATION: "x"}))) == ("n1",)
+    both = raw_pod(owner="Node", annotations={MIRROR_ANNOTATION: "x"})
+    assert workload_nodes(project_pod(both)) == ("n1",)  # in a tenant's namespace
 
 
 def test_a_pending_pod_is_demand_only_for_a_node_with_its_gpus() -> None:

@@ -62,14 +62,22 @@ def test_exactly_at_the_halt_share_nothing_is_halted() -> None:
     assert admitted(admit([shutdown("b")], fleet(managed=20, unready=9), OPEN)) == ["b"]
 
 
-def test_no_more_than_the_ok_count_never_halts() -> None:
-    # A small cluster's broken nodes are shut down even when they are most of it.
-    for unready in (1, 2, 3):
-        assert circuit_open(fleet(managed=4, unready=unready), OPEN) is None
-    verdicts = admit([shutdown("a"), shutdown("b"), shutdown("c")], fleet(4, unready=3), OPEN)
-    assert admitted(verdicts) == ["a", "b", "c"]
-    # One more, above the ok count and above 45 %: halted.
+def test_no_more_than_the_ok_count_is_tolerated_while_most_nodes_are_ready() -> None:
+    # One or two broken nodes of a small cluster are shut down even past 45 %...
+    assert circuit_open(fleet(managed=4, unready=2), OPEN) is None
+    assert circuit_open(fleet(managed=2, unready=1), OPEN) is None
+    verdicts = admit([shutdown("a"), shutdown("b")], fleet(4, unready=2), OPEN)
+    assert admitted(verdicts) == ["a", "b"]
+    # ... but once most of it is NotReady it looks like a partition, not broken machines.
+    assert circuit_open(fleet(managed=4, unready=3), OPEN) is not None
     assert circuit_open(fleet(managed=4, unready=4), OPEN) is not None
+
+
+def test_every_node_not_ready_opens_the_breaker_on_a_small_fleet() -> None:
+    # 3 of 3 NotReady was admitted whole (the ok count of 3 alone decided): nothing may go now.
+    verdicts = admit([shutdown("a"), shutdown("b"), shutdown("c")], fleet(3, unready=3), OPEN)
+    assert admitted(verdicts) == []
+    assert verdicts[0].reason == "circuit breaker: 3 of 3 nodes NotReady (100 % > 45 %)"
 
 
 def test_the_ok_count_and_share_are_settings() -> None:
@@ -96,7 +104,7 @@ def test_max_concurrent_drains_counts_the_ones_in_flight() -> None:
 
 
 def test_max_concurrent_shutdowns_counts_the_ones_in_flight() -> None:
-    limits = Limits(max_concurrent_shutdowns=2, budget_pct=0.0)
+    limits = Limits(max_concurrent_shutdowns=2, budget_pct=100.0)
     candidates = [shutdown(name) for name in ("a", "b", "c")]
     assert admitted(admit(candidates, fleet(), limits)) == ["a", "b"]
     verdicts = admit(candidates, fleet(shutting=1), limits)
@@ -104,10 +112,21 @@ def test_max_concurrent_shutdowns_counts_the_ones_in_flight() -> None:
     assert verdicts[2].reason == "2 shutdowns in flight (limit 2)"
 
 
-def test_shutdowns_of_broken_nodes_are_not_held_by_the_drain_rules() -> None:
-    # No drain budget, no drain slot and the floor reached: broken nodes are still powered off.
-    limits = Limits(max_concurrent_drains=0, budget_pct=0.0, min_nodes=100)
+def test_shutdowns_of_broken_nodes_are_not_held_by_the_drain_slot() -> None:
+    limits = Limits(max_concurrent_drains=0, budget_pct=100.0)
     assert admitted(admit([shutdown("a")], fleet(managed=3), limits)) == ["a"]
+
+
+def test_shutdowns_respect_the_floor_and_the_budget() -> None:
+    # They were admitted past both: a shutdown takes a node out of service as a drain does.
+    floor = Limits(max_concurrent_shutdowns=10, budget_pct=100.0, min_nodes=3)
+    verdicts = admit([shutdown("a"), shutdown("b")], fleet(managed=4), floor)
+    assert admitted(verdicts) == ["a"]
+    assert verdicts[1].reason == "3 nodes serving, minimum 3"
+    budget = Limits(max_concurrent_shutdowns=10, budget_pct=10.0)
+    verdicts = admit([shutdown("a"), shutdown("b")], fleet(managed=10), budget)
+    assert admitted(verdicts) == ["a"]
+    assert verdicts[1].reason == "disruption budget spent: 1 of 1 (10 % of 10)"
 
 
 def test_shutdowns_in_flight_use_up_the_drain_budget() -> None:

@@ -1,0 +1,62 @@
+"""What a logged failure shows: the code it went through, never the data it held."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from joulie.logs import MAX_TRACEBACK_FRAMES, configure_logging
+from joulie.process_settings import LogFormat, LogLevel
+
+SECRET = "hmac-key-7f3a9c1e5b"
+
+
+def _fail_holding_a_secret() -> None:
+    key = SECRET.encode()  # a local, as the webhook actuator's builder held the signing key
+    raise RuntimeError(f"webhook not reachable ({len(key)} byte key)")
+
+
+def _recurse(depth: int) -> None:
+    if depth == 0:
+        raise RecursionError("too deep")
+    _recurse(depth - 1)
+
+
+@pytest.fixture
+def logged() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield io.StringIO()
+    structlog.reset_defaults()
+    root.handlers[:], root.level = handlers, level
+
+
+@pytest.mark.parametrize("log_format", [LogFormat.JSON, LogFormat.CONSOLE])
+def test_a_logged_traceback_carries_no_local_variables(
+    log_format: LogFormat, logged: io.StringIO
+) -> None:
+    configure_logging(log_format, LogLevel.INFO, logged)
+    try:
+        _fail_holding_a_secret()
+    except RuntimeError as exc:
+        structlog.get_logger("t").error("role failed", exc_info=exc)
+    out = logged.getvalue()
+    assert "_fail_holding_a_secret" in out  # the traceback is there
+    assert SECRET not in out
+
+
+def test_a_deep_traceback_is_cut_to_a_bounded_line(logged: io.StringIO) -> None:
+    configure_logging(LogFormat.JSON, LogLevel.INFO, logged)
+    try:
+        _recurse(900)
+    except RecursionError as exc:
+        structlog.get_logger("t").error("failed", exc_info=exc)
+    (line,) = logged.getvalue().splitlines()
+    frames = json.loads(line)["exception"][0]["frames"]
+    assert len(frames) <= MAX_TRACEBACK_FRAMES + 1  # and one line saying how many were cut
+    assert len(line) < 20_000
