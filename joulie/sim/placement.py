@@ -30,6 +30,10 @@ __all__ = ["EXTENDER_WEIGHT", "Scheduler"]
 
 EXTENDER_WEIGHT = 5
 """The extender's weight in the example kube-scheduler configuration of manifests/extender."""
+_PRIORITY_REACH = 3
+"""How many priority steps below the best a node can still win by its resource scores: their
+span (150) over a step's worth (EXTENDER_WEIGHT x 10), rounded up (a tie at exactly 150 would
+go to the earlier node)."""
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
@@ -79,7 +83,9 @@ class Scheduler:
             mask &= ~self.cordoned[pick]
         return mask
 
-    def _scores(self, job: Job, nodes: IntArray) -> npt.NDArray[np.float64]:
+    def _resource_scores(self, job: Job, nodes: IntArray) -> npt.NDArray[np.float64]:
+        """NodeResourcesFit's least-allocated plus NodeResourcesBalancedAllocation, each floored:
+        50-200 for a node the pod fits."""
         w = job.workload
         c = self.cluster
         cpu = self._cpu[nodes]
@@ -99,12 +105,28 @@ class Scheduler:
         balanced *= 100.0
         np.floor(balanced, out=balanced)
         total += balanced
-        if self.table is not None:
-            # The extender's priorities of the feasible nodes alone: every node's would cost
-            # the whole fleet per pod (nearly every pod asks a question of its own).
-            rows = self.table.rows(self.fleet.names)[nodes]
-            total += self.table.priorities_at(job.demand, rows) * (EXTENDER_WEIGHT * 10)
         return total
+
+    def _scores(self, job: Job, nodes: IntArray, prune: bool = True) -> npt.NDArray[np.float64]:
+        """Each node's total score for one more pod of ``job``. With ``prune``, a node that
+        cannot have the highest is given -inf instead (its resource scores are not worked out):
+        the resource scores span at most 150 points and each priority step is worth 50, so a
+        node four steps below the best priority can never reach the top."""
+        if self.table is None:
+            return self._resource_scores(job, nodes)
+        # The extender's priorities of the feasible nodes alone: every node's would cost the
+        # whole fleet per pod (nearly every pod asks a question of its own).
+        rows = self.table.rows(self.fleet.names)[nodes]
+        priorities = self.table.priorities_at(job.demand, rows)
+        if prune and nodes.size > 1:
+            contenders = priorities >= priorities.max() - _PRIORITY_REACH
+            if not contenders.all():
+                total = np.full(nodes.size, -np.inf)
+                total[contenders] = self._resource_scores(job, nodes[contenders]) + priorities[
+                    contenders
+                ] * (EXTENDER_WEIGHT * 10)
+                return total
+        return self._resource_scores(job, nodes) + priorities * (EXTENDER_WEIGHT * 10)
 
     def best(self, job: Job, candidates: IntArray | None = None) -> int | None:
         """The node one more pod of ``job`` goes to (among ``candidates``, else all), or None
@@ -168,7 +190,8 @@ class Scheduler:
         # Each member goes where best() would send it. Members are scored once: holding a
         # member's room changes only that node's fit and score (the extender's priorities
         # depend on the table alone), so only its entry is scored again.
-        scores = self._scores(job, feasible)
+        # Not pruned: once a member fills the best node, any other may be next.
+        scores = self._scores(job, feasible, prune=False)
         try:
             for _ in range(w.pods):
                 if feasible.size == 0:
