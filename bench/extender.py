@@ -136,7 +136,11 @@ def manager(cluster: LocalCluster, log: Path) -> Joulie:
 
 def extender(cluster: LocalCluster, port: int, log: Path) -> Joulie:
     return Joulie(
-        cluster, "extender", {"EXTENDER_ADDR": f"127.0.0.1:{port}"}, log, cpu=EXTENDER_CPU
+        cluster,
+        "extender",
+        {"EXTENDER_ADDR": f"127.0.0.1:{port}", "EXTENDER_DEBUG": "true"},
+        log,
+        cpu=EXTENDER_CPU,
     )
 
 

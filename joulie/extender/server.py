@@ -19,7 +19,9 @@ Routes:
   kube-scheduler may go on with (``joulie.core.preemption_candidates``); when the extender cannot
   decide, the candidates as sent.
 - ``GET /readyz``: 200 when the placement is ready, else 503 (a probe on the extender's own port).
-- ``GET /debug/score?node=NAME``: the placement's score terms for one node, as JSON. The pod is
+- ``GET /debug/score?node=NAME``, only with EXTENDER_DEBUG=true (it needs no authentication
+  and shows every node's power, class and the manager's Lease state): the placement's score
+  terms for one node, as JSON. The pod is
   the JSON body (a v1.Pod, as ``kubectl get pod -o json`` prints it; POST works too, for clients
   that cannot send a GET body) or, without a body, one made up from the query:
   ``class=performance|standard`` (default standard), ``cpu=4``, ``memory=16Gi`` (requests, as
@@ -399,8 +401,9 @@ def extender_app(
     app.router.add_post("/filter", handler(Verb.FILTER, filter_nodes))
     app.router.add_post("/prioritize", handler(Verb.PRIORITIZE, prioritize))
     app.router.add_post("/preempt", handler(Verb.PREEMPT, preempt))
-    app.router.add_get("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
-    app.router.add_post("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
+    if settings.extender_debug:
+        app.router.add_get("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
+        app.router.add_post("/debug/score", handler(Verb.DEBUG_SCORE, debug_score))
     app.router.add_get("/readyz", readyz)
     return app
 

@@ -54,8 +54,14 @@ ByteCount = Annotated[
 class ExtenderSettings(EnvSettings):
     role = "extender"
 
-    extender_addr: ListenAddress = ":9876"
-    """Where the extender serves kube-scheduler's filter, prioritize and preempt calls."""
+    extender_addr: ListenAddress = "127.0.0.1:9876"
+    """Where the extender serves kube-scheduler's filter, prioritize and preempt calls. Loopback
+    unless set: in a cluster the Deployment sets ":9876" so kube-scheduler can reach it (a
+    NetworkPolicy should then admit only kube-scheduler)."""
+    extender_debug: bool = False
+    """Serve ``/debug/score`` (every term of a node's score for a pod). Off unless set: it needs
+    no authentication and shows every node's power, cooling, class and the manager's Lease
+    state, and answers whether a node name exists."""
     extender_max_body_bytes: ByteCount = 128 * 1024**2
     """Largest request body accepted (larger ones get 413). Without nodeCacheCapable,
     kube-scheduler sends whole Node objects, 5 to 20 KiB each; the default holds 5,000 of them

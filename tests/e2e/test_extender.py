@@ -160,7 +160,11 @@ class Extender:
             cluster,
             "extender",
             tmp / "extender.log",
-            {"EXTENDER_ADDR": f"127.0.0.1:{self.port}", "POD_NAMESPACE": "joulie-system"},
+            {
+                "EXTENDER_ADDR": f"127.0.0.1:{self.port}",
+                "POD_NAMESPACE": "joulie-system",
+                "EXTENDER_DEBUG": "true",  # the tests read /debug/score
+            },
         )
 
     def score(self, node: str, **query: str) -> dict[str, Any]:

@@ -143,7 +143,7 @@ async def start(
 @pytest_asyncio.fixture
 async def served() -> AsyncIterator[Served]:
     placement, clock = FakePlacement(), Clock()
-    client = await start(placement, clock)
+    client = await start(placement, clock, EXTENDER_DEBUG="true")
     try:
         yield Served(client, placement, clock)
     finally:
@@ -506,6 +506,29 @@ async def test_readyz_follows_the_placement(served: Served) -> None:
     served.placement.is_ready = False
     async with served.client.get("/readyz") as response:
         assert (response.status, await response.text()) == (503, "not ready\n")
+
+
+@pytest.mark.asyncio
+async def test_the_debug_view_is_off_unless_enabled() -> None:
+    # It answered anyone: every node's power, class and the Lease state, and which names exist.
+    placement = FakePlacement()
+    client = await start(placement)
+    try:
+        async with client.get("/debug/score?node=gpu-h-07") as response:
+            assert response.status == 404
+        async with client.post("/debug/score?node=gpu-h-07") as response:
+            assert response.status in (404, 405)
+        async with client.get("/readyz") as response:
+            assert response.status == 200
+    finally:
+        await client.close()
+    assert placement.calls == []
+
+
+def test_the_extender_listens_on_loopback_unless_told_otherwise() -> None:
+    # It listened on every interface (":9876"); the Deployment sets the address it needs.
+    assert extender_settings().extender_addr == "127.0.0.1:9876"
+    assert extender_settings(EXTENDER_ADDR=":9876").extender_addr == ":9876"
 
 
 @pytest.mark.asyncio
