@@ -325,6 +325,9 @@ def _parse(text: str) -> tuple[str, dict[str, BaselineValue]]:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        # Valid JSON nested past the interpreter's stack: it crashed the agent at start.
+        raise ValueError("nested too deeply to be a baseline") from None
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise ValueError(f"expected an object with format {_FORMAT}")
     boot_id, settings = data.get("bootId"), data.get("settings")

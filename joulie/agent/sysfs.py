@@ -102,17 +102,25 @@ class Sysfs:
 
     def write(self, path: str, value: str) -> None:
         """Write ``value`` as one ``write(2)``, as the kernel's attribute files expect; the file
-        must exist already (a control file is never created)."""
+        must exist already (a control file is never created) and resolve to a file under the
+        root: sysfs links its directories to each other, but a link that leads out of the tree
+        (a planted one, or a root that is not the host's) is refused, never followed."""
+        target = self.path(path)
+        real = os.path.realpath(target)
+        root = os.path.realpath(self.root)
+        if os.path.commonpath([real, root]) != root:
+            raise SysfsError(ErrorKind.PERMISSION, path, f"resolves to {real}, outside {root}")
         try:
-            self._write(self.path(path), value)
+            self._write(target, value)
         except OSError as exc:
             raise SysfsError(_classify(exc), path, exc.strerror or repr(exc)) from None
 
     def _write(self, target: Path, value: str) -> None:
         """The system call itself: the one seam where a test tree injects what a kernel does
         that a plain file cannot (EINVAL for a value out of range, EBUSY, EACCES as root)."""
-        # O_TRUNC as a shell redirection does: sysfs ignores it, a fake tree needs it.
-        fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+        # O_TRUNC as a shell redirection does: sysfs ignores it, a fake tree needs it. O_NOFOLLOW:
+        # an attribute file is never a link itself, so one put in its place is not followed.
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         try:
             os.write(fd, value.encode())
         finally:

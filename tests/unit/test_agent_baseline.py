@@ -112,6 +112,8 @@ def test_a_baseline_from_another_boot_is_discarded(tree: FakeSysfs, state: Path)
         '{"format": 1, "bootId": "11111111-aaaa-bbbb-cccc-000000000001", "settings": {"k": [1]}}',
         '{"format": 99, "bootId": "x", "settings": {}}',
         "",
+        # Nested past the interpreter's stack: it crashed the agent with RecursionError.
+        pytest.param("[" * 100_000 + "]" * 100_000, id="nested-100000-deep"),
     ],
 )
 def test_a_corrupt_state_file_is_set_aside_with_a_message(

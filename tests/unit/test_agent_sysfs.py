@@ -69,3 +69,27 @@ def test_garbage_is_invalid(tree: Sysfs) -> None:
 def test_listdir_is_sorted_and_empty_when_absent(tree: Sysfs) -> None:
     assert tree.listdir("/sys/class/powercap") == ["intel-rapl:0"]
     assert tree.listdir("/sys/class/hwmon") == []
+
+
+def test_a_link_out_of_the_tree_is_refused_never_followed(tmp_path: Path) -> None:
+    # A planted link made the agent write 82500000 into a file outside HOST_ROOT.
+    root, outside = tmp_path / "host", tmp_path / "elsewhere"
+    outside.mkdir()
+    victim = outside / "important"
+    victim.write_text("keep\n")
+    link = root / LIMIT.lstrip("/")
+    link.parent.mkdir(parents=True)
+    link.symlink_to(victim)
+    tree = Sysfs(root)
+    with pytest.raises(SysfsError) as refused:
+        tree.write(LIMIT, "82500000")
+    assert refused.value.kind is ErrorKind.PERMISSION
+    assert "outside" in refused.value.detail
+    assert victim.read_text() == "keep\n"
+    # A directory link that stays inside the tree, as sysfs's own are, still works.
+    real = root / "sys/devices/virtual/powercap/intel-rapl/intel-rapl:1"
+    real.mkdir(parents=True)
+    (real / "constraint_0_power_limit_uw").write_text("1\n")
+    (root / "sys/class/powercap/intel-rapl:1").symlink_to(real)
+    tree.write("/sys/class/powercap/intel-rapl:1/constraint_0_power_limit_uw", "2")
+    assert (real / "constraint_0_power_limit_uw").read_text() == "2"
