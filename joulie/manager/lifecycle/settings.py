@@ -103,11 +103,11 @@ class LifecycleSettings(EnvSettings):
     lifecycle_budget_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
     """Managed nodes draining or shutting down at once, in percent (rounded up)."""
     lifecycle_min_nodes: Annotated[int, Field(ge=0)] = 0
-    """Drains never leave fewer managed nodes serving than this."""
+    """Drains and shutdowns never leave fewer managed nodes serving than this."""
     lifecycle_unready_halt_pct: Annotated[float, Field(ge=0, le=100)] = 45.0
     """Halt every drain and shutdown while more than this share of managed nodes is NotReady."""
     lifecycle_unready_ok_count: Annotated[int, Field(ge=0)] = 3
-    """... unless no more than this many are NotReady."""
+    """... unless no more than this many are NotReady while most managed nodes are Ready."""
     lifecycle_backoff: Duration = 300.0
     """Wait after a failed or refused shutdown of a node; doubles with each failure in a row."""
     lifecycle_max_backoff: Duration = 3600.0
