@@ -64,9 +64,14 @@ HWMON_PREFIX = "/sys/class/hwmon/"
 CPU_PREFIX = "/sys/devices/system/cpu/"
 
 FLOOR_PCT_OF_MAX = 10.0
-"""Where a RAPL zone states no minimum, no cap below this share of its maximum is written: a
+"""No cap below this share of a zone's maximum is written, whatever minimum the zone states: a
 limit near zero throttles every core to its lowest frequency, which no policy means (a spec
-asking 1 % of a 165 W package would otherwise be written as 1.65 W)."""
+asking 1 % of a 165 W package would otherwise be written as 1.65 W, and a zone stating a 1 uW
+minimum had 100 uW written)."""
+MAX_PLAUSIBLE_UW = 2_000_000_000
+"""A zone stating a maximum above 2 kW is not believed (the largest CPU packages are rated near
+500 W; an assumption with room): its limit is not written. A maximum of 2^64-1 read from a
+broken zone led to writing 9223372036854775808 uW."""
 
 RAPL_TOLERANCE_UW = 1_000_000
 """A RAPL limit reads back in the register's power unit (often 1/8 W), so a reading within 1 W
@@ -316,7 +321,7 @@ class CpuControl:
                 SettingOutcome(
                     key,
                     control_result(facts),
-                    detail=f"{zone.name} states no maximum to clamp the cap to",
+                    detail=f"{zone.name} states no believable maximum to clamp the cap to",
                 )
             ]
         outcome = self._set(key, str(target), reassert=reassert)
@@ -340,20 +345,18 @@ class CpuControl:
         max_uw: int | None,
         min_uw: int | None,
     ) -> int | None:
-        """The limit to write in microwatts, inside the zone's range; None without a maximum."""
-        if not max_uw or max_uw <= 0:
+        """The limit to write in microwatts, inside the zone's range; None without a believable
+        maximum (:data:`MAX_PLAUSIBLE_UW`)."""
+        if not max_uw or max_uw <= 0 or max_uw > MAX_PLAUSIBLE_UW:
             return None
-        floor_uw = min_uw if min_uw and min_uw > 0 else None
-        if floor_uw is None:
-            floor_uw = round(max_uw * self.floor_pct_of_max / 100)
-        cap = effective_cap(
-            watts, pct, max_uw / 1e6, floor_uw / 1e6 if floor_uw is not None else None
-        )
+        # The device's minimum when it is higher, never below the floor share of the maximum.
+        floor_uw = max(round(max_uw * self.floor_pct_of_max / 100), min_uw or 0)
+        cap = effective_cap(watts, pct, max_uw / 1e6, floor_uw / 1e6)
         if cap is None or cap.watts is None:
             return None
         target = round(cap.watts * 1e6)
         # Clamp again in the unit written: RAPL masks an out-of-range value into a tiny cap.
-        return max(min(target, max_uw), min(floor_uw or 1, max_uw))
+        return max(min(target, max_uw), min(max(floor_uw, 1), max_uw))
 
     def _apply_hsmp(
         self, caps: Sequence[HsmpCap], watts: float | None, pct: float | None, reassert: bool

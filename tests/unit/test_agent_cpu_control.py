@@ -206,6 +206,29 @@ def test_a_refused_write_leaves_no_baseline_to_restore(tree: FakeSysfs, tmp_path
     assert ctl.baseline.entries() == {LIMIT0: "100000000"}
 
 
+def test_a_zone_stating_a_tiny_minimum_still_gets_the_floor(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    # A minimum of 1 uW took the place of the floor: 1 % of the maximum was written as 100 uW.
+    for zone in (0, 1):
+        tree.put(f"{RAPL}/intel-rapl:{zone}/constraint_0_min_power_uw", 1)
+    ctl, found = control(tree, tmp_path / "state")
+    assert cap(ctl, found, None, 1).result is R.APPLIED
+    assert tree.read_int(LIMIT0) == tree.read_int(LIMIT1) == 16_500_000
+
+
+def test_a_zone_stating_an_absurd_maximum_is_not_written(tree: FakeSysfs, tmp_path: Path) -> None:
+    # A broken zone reading 2^64-1 as its maximum had 9223372036854775808 uW written.
+    for zone in (0, 1):
+        tree.put(f"{RAPL}/intel-rapl:{zone}/constraint_0_max_power_uw", 2**64 - 1)
+    ctl, found = control(tree, tmp_path / "state")
+    tree.writes.clear()
+    outcome = cap(ctl, found, 400.0)
+    assert outcome.result is R.NOT_APPLIED
+    assert tree.writes == []
+    assert "no believable maximum" in outcome.settings[0].detail
+
+
 def test_a_zone_without_a_maximum_is_not_written(tree: FakeSysfs, tmp_path: Path) -> None:
     for zone in (0, 1):
         tree.put(f"{RAPL}/intel-rapl:{zone}/constraint_0_max_power_uw", 0)
