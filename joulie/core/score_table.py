@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any, Final, cast
 
@@ -122,7 +122,7 @@ class ScoreTable:
         assert terms is not None  # rows past 0 always hold terms
         trend = float(self._float["trend"][row])
         # set_trend moves only the column: the stored terms catch up when read.
-        return terms if terms.trend_w_per_min == trend else terms.with_trend(trend)
+        return terms if terms.trend_w_per_min == trend else replace(terms, trend_w_per_min=trend)
 
     def set(self, name: str, terms: NodeTerms | None) -> None:
         """Store (or replace) a node's terms; None forgets the node (no twin scores neutral)."""

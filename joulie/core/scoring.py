@@ -159,21 +159,6 @@ class NodeTerms:
     power: NodePowerProfile | None = None
     """From the node's NodeHardware; None without one (a pod then adds 0 W)."""
 
-    def with_trend(self, trend_w_per_min: float) -> NodeTerms:
-        """These terms with another power trend (the figure that moves most often: at every
-        reconcile while a node's power moved lately). Faster than ``dataclasses.replace``."""
-        return NodeTerms(
-            schedulable_class=self.schedulable_class,
-            fresh=self.fresh,
-            measured_w=self.measured_w,
-            capped_w=self.capped_w,
-            headroom_score=self.headroom_score,
-            cooling_stress=self.cooling_stress,
-            trend_w_per_min=trend_w_per_min,
-            has_measurement=self.has_measurement,
-            power=self.power,
-        )
-
 
 def _finite(value: float | None) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None

@@ -108,8 +108,8 @@ class ControlLoop:
         """Plans computed (the policy is only asked again when its inputs moved)."""
         self._intents: dict[tuple[object, ...], tuple[NodeIntent, ControlRequest]] = {}
         """(group, intent inputs, policy) -> the intent and the control request that puts it
-        in force. A few entries per group: profiles x whether performance pods run x the
-        largest pod's GPUs."""
+        in force. A few entries per group: profiles x performance pods running x the largest
+        pod's GPUs."""
         self._controls_after: dict[tuple[int, Controls, int], Controls] = {}
         """(group, controls before, id of a request held in ``_intents``) -> controls after."""
 
@@ -166,9 +166,7 @@ class ControlLoop:
         cluster = self.cluster
         planned = state.planned
         assert planned is not None
-        # The downgrade guard reads only whether performance pods run (core.intents'
-        # downgrade_guard), so a count moving between two positive values changes nothing.
-        inputs = (planned, min(int(cluster.performance_pods[node]), 1), cluster.max_pod_gpus(node))
+        inputs = (planned, int(cluster.performance_pods[node]), cluster.max_pod_gpus(node))
         if inputs == state.intent_inputs:
             return False
         state.intent_inputs = inputs

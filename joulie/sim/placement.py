@@ -53,7 +53,6 @@ class Scheduler:
         which costs the placement nothing then."""
         self._cpu = fleet.cpu_millis
         self._memory = fleet.memory_bytes
-        self._gpus = fleet.gpus
         self._group_sizes = np.bincount(fleet.group_of, minlength=len(fleet.groups)).tolist()
         self._offers: dict[str, BoolArray] = {}
         for resource in {r for r in fleet.gpu_resource if r}:
