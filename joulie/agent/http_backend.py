@@ -8,12 +8,12 @@ the contract) is a :class:`BackendError` naming the URL and what was wrong, neve
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
+from joulie.api import json_body
 from joulie.api.telemetry import (
     ControlRequest,
     ControlResponse,
@@ -23,6 +23,10 @@ from joulie.api.telemetry import (
 __all__ = ["BackendError", "HttpBackend"]
 
 _M = TypeVar("_M", bound=BaseModel)
+
+MAX_ANSWER_BYTES = 1024**2
+"""Largest answer read: a report or a control answer is about a kilobyte; a bigger one is refused
+as it streams in, not held."""
 
 
 class BackendError(Exception):
@@ -71,13 +75,18 @@ class HttpBackend:
             async with self._client().request(
                 method, url, json=body, timeout=self._timeout
             ) as response:
-                text = await response.text()
+                raw = await json_body.read_capped(
+                    response.content.iter_chunked(64 * 1024), MAX_ANSWER_BYTES, "the answer"
+                )
+                text = raw.decode("utf-8", "replace")
                 if response.status >= 300:
                     raise BackendError(
                         f"{method} {url}: HTTP {response.status}: {_error_text(text)}"
                     )
         except BackendError:
             raise
+        except json_body.JsonBodyError as exc:
+            raise BackendError(f"{method} {url}: {exc.reason}") from None
         except TimeoutError:
             raise BackendError(
                 f"{method} {url}: no answer within {self._timeout.total} s"
@@ -85,7 +94,10 @@ class HttpBackend:
         except aiohttp.ClientError as exc:
             raise BackendError(f"{method} {url}: {exc}") from None
         try:
-            return model.model_validate_json(text)
+            json_body.loads(raw, max_bytes=MAX_ANSWER_BYTES, what="the answer")
+            return model.model_validate_json(raw)
+        except json_body.JsonBodyError as exc:
+            raise BackendError(f"{method} {url}: {exc.reason}") from None
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             where = ".".join(map(str, first["loc"])) or "body"
@@ -98,8 +110,8 @@ class HttpBackend:
 def _error_text(text: str) -> str:
     """The ``error`` of a JSON error body, else the start of the text."""
     try:
-        decoded = json.loads(text)
-    except ValueError:
+        decoded = json_body.loads(text, max_bytes=MAX_ANSWER_BYTES)
+    except ValueError:  # JsonBodyError
         return text[:200]
     if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
         return str(decoded["error"])

@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import orjson
 
+from joulie.api.json_body import JsonBodyError, check_depth
+
 
 class WireError(ValueError):
     """A request body kube-scheduler could not have sent: the reason names where it went wrong."""
@@ -49,10 +51,24 @@ def quick_decode(body: bytes) -> Any:
 
 
 def decode(body: bytes) -> Any:
-    """The decoded body; WireError saying why it is not JSON as Go would read it."""
+    """The decoded body; WireError saying why it is not JSON as Go would read it, or why it is
+    outside the JSON policy (:mod:`joulie.api.json_body`)."""
     decoded = quick_decode(body)
-    if decoded is not ABSENT:
-        return decoded
+    if decoded is ABSENT:
+        decoded = _decode_slowly(body)
+    within_policy(decoded)
+    return decoded
+
+
+def within_policy(decoded: Any, what: str = "body") -> None:
+    """WireError when decoded JSON nests deeper than the policy allows."""
+    try:
+        check_depth(decoded, what)
+    except JsonBodyError as exc:
+        raise WireError(exc.reason) from None
+
+
+def _decode_slowly(body: bytes) -> Any:
     # orjson refuses what Go refuses (NaN, bad UTF-8, nesting past 1,024) but also a few things
     # Go reads, such as a lone surrogate escape; the standard library reads those, and its
     # messages say where the rest go wrong.

@@ -41,6 +41,7 @@ from joulie.extender.go_json import (
     go_field,
     quick_decode,
     type_name,
+    within_policy,
 )
 from joulie.extender.go_json import (
     WireError as WireError,  # re-exported: callers catch wire.WireError
@@ -164,6 +165,7 @@ def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
     top = quick_decode(head)
     if not isinstance(top, dict):
         return None
+    within_policy(top)  # the names are strings: only the rest can nest
     listed = lists.find(array)
     if listed is None:
         value = quick_decode(array)

@@ -15,7 +15,6 @@ answered without a usable value for the node), and the next read tries again.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ import httpx
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
+from joulie.api import json_body
 from joulie.api.enums import NodePowerSource
 from joulie.manager.promql import QueryError, instant_query
 from joulie.manager.settings import ManagerSettings
@@ -132,6 +132,12 @@ class StaticSource:
         return None
 
 
+MAX_ANSWER_BYTES = 1024**2
+"""Largest telemetry answer read (a report is about a kilobyte; a bigger one is refused as it
+streams in, not held)."""
+_CHUNK = 64 * 1024
+
+
 class HttpSource:
     """One GET per node. aiohttp rather than httpx here: at 5,000 nodes a read is 5,000 requests
     every tick, and httpx's per-request cost made that read take 15 s against the simulator
@@ -165,13 +171,18 @@ class HttpSource:
                 async with self._client().get(self.url(node)) as response:
                     if response.status != 200:
                         return _failed(self.name, "error", f"HTTP {response.status}")
-                    body = await response.read()
+                    body = await json_body.read_capped(
+                        response.content.iter_chunked(_CHUNK), MAX_ANSWER_BYTES, "the answer"
+                    )
             except (aiohttp.ClientError, TimeoutError) as exc:
                 why = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 return _failed(self.name, "error", why)
+            except json_body.JsonBodyError as exc:
+                return _failed(self.name, "error", exc.reason)
         try:
-            return NodePower(telemetry_watts(json.loads(body)), self.name)
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+            decoded = json_body.loads(body, max_bytes=MAX_ANSWER_BYTES, what="the answer")
+            return NodePower(telemetry_watts(decoded), self.name)
+        except ValueError as exc:  # JsonBodyError is a ValueError too
             return _failed(self.name, "error", str(exc))
 
     async def read(self, nodes: Sequence[str]) -> dict[str, NodePower]:

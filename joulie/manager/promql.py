@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from joulie.api import json_body
+
 __all__ = ["QueryError", "Series", "instant_query", "parse_instant_result", "single_value"]
 
 
@@ -78,16 +80,26 @@ def single_value(series: list[Series], query: str) -> float:
     return value
 
 
+MAX_ANSWER_BYTES = 64 * 1024**2
+"""Largest query answer read: a series per node is about 200 bytes, so this holds hundreds of
+thousands of nodes; a bigger answer is refused as it streams in."""
+
+
 async def instant_query(client: httpx.AsyncClient, address: str, query: str) -> list[Series]:
     """Run ``query`` once; transport failures and HTTP errors become :class:`QueryError`."""
     url = address.rstrip("/") + "/api/v1/query"
     try:
-        response = await client.get(url, params={"query": query})
+        async with client.stream("GET", url, params={"query": query}) as response:
+            raw = await json_body.read_capped(
+                response.aiter_bytes(), MAX_ANSWER_BYTES, f"{url}'s answer"
+            )
     except httpx.HTTPError as exc:
         raise QueryError(f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    except json_body.JsonBodyError as exc:
+        raise QueryError(exc.reason) from None
     try:
-        body = response.json()
-    except ValueError:
+        body = json_body.loads(raw, max_bytes=MAX_ANSWER_BYTES)
+    except json_body.JsonBodyError:
         body = None
     if response.status_code != 200 and not (isinstance(body, Mapping) and "error" in body):
         raise QueryError(f"{url} answered HTTP {response.status_code}")

@@ -8,7 +8,6 @@ metrics computed at scrape time.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -22,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
-from joulie.api import keys
+from joulie.api import json_body, keys
 from joulie.api.gpu import pod_gpu_count
 from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
@@ -135,11 +134,12 @@ def simulator_app(
             return _error(404, f"unknown node {name!r}")
         raw = await request.read()
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return _error(400, f"body is not JSON: {exc}")
+            json_body.loads(raw, max_bytes=MAX_BODY_BYTES)
+        except json_body.JsonBodyError as exc:
+            return _error(400, exc.reason)
         try:
-            parsed = ControlRequest.model_validate(body)
+            # Strictly, as Go would read it: true is not 1 W, "100" is not a number.
+            parsed = ControlRequest.model_validate_json(raw, strict=True)
         except ValidationError as exc:
             reasons = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"

@@ -223,6 +223,14 @@ def test_bad_requests_get_clear_answers(simulator: Simulator) -> None:
     assert "capPctOfMax" in out_of_range.json()["error"]
     empty = simulator.http.post(f"/control/{CPU_NODE}", json={})
     assert empty.status_code == 400
+    # Nested past Python's recursion limit this was a 500; true was taken as a 1 W cap.
+    deep = simulator.http.post(f"/control/{CPU_NODE}", content=b"[" * 990 + b"]" * 990)
+    assert deep.status_code == 400
+    assert "nested deeper than 254 levels" in deep.json()["error"]
+    for wrong in (True, "100"):
+        typed = simulator.http.post(f"/control/{CPU_NODE}", json={"cpu": {"capWatts": wrong}})
+        assert typed.status_code == 400
+        assert "cpu.capWatts" in typed.json()["error"]
     # The service is still fine afterwards.
     assert simulator.telemetry(CPU_NODE)["node"] == CPU_NODE
 

@@ -25,18 +25,37 @@ class Receiver:
     script: list[tuple[int, dict[str, str], str]] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     delay_s: float = 0.0
+    drip: tuple[float, int] | None = None
+    """Send the body as (seconds between chunks, chunks), one byte each; a count of -1 streams
+    64 KiB chunks without end."""
+    sent: int = 0
+    """Body bytes the streamed answers got out."""
     url: str = ""
 
     def answers(self, *script: tuple[int, dict[str, str], str] | int) -> None:
         self.script = [s if isinstance(s, tuple) else (s, {}, "") for s in script]
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         self.received.append(Received(dict(request.headers), await request.read()))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         index = min(len(self.received), len(self.script)) - 1
         status, headers, text = self.script[index]
-        return web.Response(status=status, headers=headers, text=text or None)
+        if self.drip is None:
+            return web.Response(status=status, headers=headers, text=text or None)
+        response = web.StreamResponse(status=status, headers=headers)
+        await response.prepare(request)
+        pause, count = self.drip
+        chunk = b"x" if count >= 0 else b"x" * 65536
+        try:
+            while count != 0:
+                await response.write(chunk)
+                self.sent += len(chunk)
+                count -= 1 if count > 0 else 0
+                await asyncio.sleep(pause)
+        except ConnectionError:  # the client stopped reading and hung up
+            pass
+        return response
 
 
 @pytest_asyncio.fixture

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from joulie.agent.http_backend import BackendError, HttpBackend
 from joulie.api.enums import ControlResult, CpuGovernorPreset, Profile
 from joulie.api.nodetwin import CpuGovernorSpec, CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
+from joulie.api.telemetry import ControlRequest, CpuControl
 from joulie.core.enforcement import control_request
 from joulie.hardware.catalog import Catalog
 from joulie.sim.service import simulator_app
@@ -144,6 +145,37 @@ async def test_an_answer_outside_the_contract_is_refused() -> None:
     try:
         with pytest.raises(BackendError, match="the answer is not a TelemetryReport"):
             await backend.telemetry("n1")
+    finally:
+        await backend.close()
+        await server.close()
+
+
+async def test_an_endless_or_deep_answer_is_refused_without_holding_it() -> None:
+    # Answers were read whole: a backend streaming without end grew the agent's memory with it,
+    # and an error body nested past Python's recursion limit raised RecursionError.
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        chunk = b" " * 65536
+        for _ in range(10_000):  # 640 MiB if it were all read
+            await response.write(chunk)
+        return response
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(status=500, body=b"[" * 5000 + b"]" * 5000)
+
+    app = web.Application()
+    app.router.add_get("/telemetry/{node}", endless)
+    app.router.add_post("/control/{node}", deep)
+    server = TestServer(app)
+    await server.start_server()
+    base = f"http://127.0.0.1:{server.port}"
+    backend = HttpBackend(f"{base}/telemetry/{{node}}", f"{base}/control/{{node}}", timeout=30)
+    try:
+        with pytest.raises(BackendError, match="the answer is more than the 1048576 bytes"):
+            await backend.telemetry("n1")
+        with pytest.raises(BackendError, match=r"HTTP 500: \[\[\["):
+            await backend.control("n1", ControlRequest(cpu=CpuControl(clear_cap=True)))
     finally:
         await backend.close()
         await server.close()

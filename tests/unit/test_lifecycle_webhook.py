@@ -4,6 +4,7 @@ injected sleep so that backoff costs no time."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import socket
@@ -83,14 +84,17 @@ async def test_the_request_carries_the_shutdown_and_a_verifiable_signature(
     signature = sent.headers["X-Joulie-Signature"]
     assert stamp == str(int(NOW))
     assert signature.startswith("sha256=")
-    assert verify_signature(SECRET, stamp, sent.body, signature)
+    assert verify_signature(SECRET, stamp, sent.body, signature, now=NOW)
     assert verify_signature(SECRET, stamp, sent.body, signature, now=NOW + 60)
+    # Without a clock given, the machine's: a request signed in January 2026 is a replay now
+    # (the check was off unless the caller passed one).
+    assert not verify_signature(SECRET, stamp, sent.body, signature)
     # What a receiver must reject: another secret, a changed body, a changed timestamp, an old
     # request replayed, garbage.
-    assert not verify_signature(b"another secret", stamp, sent.body, signature)
+    assert not verify_signature(b"another secret", stamp, sent.body, signature, now=NOW)
     tampered = sent.body.replace(b"worker-7", b"worker-8")
-    assert not verify_signature(SECRET, stamp, tampered, signature)
-    assert not verify_signature(SECRET, str(int(NOW) + 1), sent.body, signature)
+    assert not verify_signature(SECRET, stamp, tampered, signature, now=NOW)
+    assert not verify_signature(SECRET, str(int(NOW) + 1), sent.body, signature, now=NOW)
     assert not verify_signature(SECRET, stamp, sent.body, signature, now=NOW + 3600)
     assert not verify_signature(SECRET, "soon", sent.body, signature)
     assert not verify_signature(SECRET, stamp, sent.body, "sha256=Ω")
@@ -188,7 +192,7 @@ async def test_a_slow_receiver_times_out_and_is_retried(receiver: Receiver) -> N
     sleeps = Sleeps()
     result = await shutdown(receiver.url, sleeps, max_attempts=2, timeout_s=0.1)
     assert result.outcome is Outcome.FAILED
-    assert "Timeout" in result.message
+    assert "no whole answer within 0.1 s" in result.message
     assert len(receiver.received) == 2
     assert sleeps == [1.0]
 
@@ -217,3 +221,24 @@ async def test_the_factory_names_the_kinds_it_accepts() -> None:
         build_actuator("ipmi", client=None, writer=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="URL"):
         build_actuator("webhook", client=None, writer=None)  # type: ignore[arg-type]
+
+
+async def test_a_dripping_receiver_meets_one_deadline_per_attempt(receiver: Receiver) -> None:
+    # The timeout was per read: a byte every 2 s kept shutdown() running past 45 s with 3 s.
+    receiver.answers(500)
+    receiver.drip = (0.2, 100)  # 20 s for the whole body
+    started = asyncio.get_running_loop().time()
+    result = await asyncio.wait_for(shutdown(receiver.url, max_attempts=2, timeout_s=1.0), 15)
+    assert asyncio.get_running_loop().time() - started < 4.0
+    assert result.outcome is Outcome.FAILED
+    assert "no whole answer within 1 s" in result.message
+
+
+async def test_an_endless_answer_is_quoted_from_its_start_and_not_held(receiver: Receiver) -> None:
+    # The answer was read whole: 300 MiB took the manager from 62 to 962 MiB.
+    receiver.answers(403)
+    receiver.drip = (0.0, -1)
+    result = await asyncio.wait_for(shutdown(receiver.url), 15)
+    assert result.outcome is Outcome.FAILED
+    assert "HTTP 403 Forbidden: xxxx" in result.message
+    assert receiver.sent < 64 * 1024**2

@@ -310,3 +310,42 @@ def test_an_unplanned_twin_is_retired_once() -> None:
     # What the API server holds after that apply: nothing more to do.
     assert retired_status({**retired, "controlStatus": live["controlStatus"]}) is None
     assert retired_status({}) == {"powerMeasurement": {"source": "unmanaged"}}
+
+
+def test_an_http_source_answer_past_the_limit_or_too_deep_fails_that_node_alone() -> None:
+    # The answer was read whole and decoded by the standard library: a source streaming without
+    # end grew the manager with it, and a nested answer raised RecursionError out of the read.
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from joulie.manager.power import HttpSource
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        node = request.match_info["node"]
+        if node == "deep":
+            return web.Response(body=b"[" * 1000 + b"]" * 1000)
+        if node == "ok":
+            return web.json_response({"power": {"nodeW": 321.0}})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(10_000):  # 640 MiB if it were all read
+            await response.write(b" " * 65536)
+        return response
+
+    async def scenario() -> dict[str, NodePower]:
+        app = web.Application()
+        app.router.add_get("/t/{node}", answer)
+        server = TestServer(app)
+        await server.start_server()
+        source = HttpSource(f"http://127.0.0.1:{server.port}/t/{{node}}", 30, 4)
+        try:
+            return await source.read(["endless", "deep", "ok"])
+        finally:
+            await source.close()
+            await server.close()
+
+    read = asyncio.run(scenario())
+    assert read["ok"].watts == 321.0
+    assert read["endless"].watts is None
+    assert "more than the 1048576 bytes" in (read["endless"].problem or "")
+    assert "nested deeper than 254 levels" in (read["deep"].problem or "")
