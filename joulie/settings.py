@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Final, Generic, Self, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
 import annotated_types as at
@@ -170,6 +170,13 @@ def one_of(values: tuple[str, ...], what: str) -> AfterValidator:
         return value
 
     return AfterValidator(check)
+
+
+IDLE_CONNECTION_TIMEOUT_S: Final = 15.0
+"""How long Joulie's HTTP servers keep a connection that is not sending a request: one that sent
+nothing yet or only part of its headers, or an idle keep-alive one. aiohttp's default is about
+an hour, and 300 connections left half-open made a process with 256 file descriptors unreachable,
+its health probe included. Clients reconnect at their next call (kube-scheduler, Prometheus)."""
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -21,6 +21,7 @@ body that ends with one of them has only its pod decoded.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -103,9 +104,21 @@ class NameList:
     plain: bool
 
 
+MAX_NODES: Final = 100_000
+"""Most nodes one call may list. kube-scheduler lists at most every node of the cluster, and the
+largest clusters run today are of this order; a longer list can only be an attack on the
+reading (a million names took 4 s of CPU)."""
+
 MIN_REMEMBERED_BYTES: Final = 2048
 """Shorter NodeNames arrays are decoded every time: it costs little, and keeping them would push
 the long lists out of :class:`NameLists`."""
+
+
+MAX_REMEMBERED_BYTES: Final = 8 * 1024**2
+"""JSON bytes of all the remembered arrays together. A name takes about four times its JSON in
+memory once read (the str objects and the tuple), so this keeps the lists under about 40 MiB:
+8 lists of a million names each had held 550 MiB. 8 MiB is about 400,000 names of 20
+characters, 80 lists of a 5,000-node cluster."""
 
 
 class NameLists:
@@ -113,26 +126,46 @@ class NameLists:
     filter answers wrote (kube-scheduler sends an answer's list back in prioritize).
 
     Equal bytes are equal names, so a hit needs no decoding and no checks. Entries are compared
-    newest first, by length before content, so a miss costs a few length checks."""
+    newest first, by length before content, so a miss costs a few length checks. At most
+    ``size`` arrays of ``max_bytes`` together are kept, the oldest going first; an array longer
+    than ``max_bytes`` alone is never kept."""
 
-    def __init__(self, size: int = 8, min_bytes: int = MIN_REMEMBERED_BYTES) -> None:
+    def __init__(
+        self,
+        size: int = 8,
+        min_bytes: int = MIN_REMEMBERED_BYTES,
+        max_bytes: int = MAX_REMEMBERED_BYTES,
+    ) -> None:
         self._size = size
         self._min_bytes = min_bytes
+        self._max_bytes = max_bytes
         self._entries: list[NameList] = []
+        # Large bodies are read on a thread while answers are written on the loop.
+        self._lock = threading.Lock()
 
     def find(self, array: bytes) -> NameList | None:
-        for i, entry in enumerate(self._entries):
-            if entry.json == array:
-                if i:
-                    self._entries.insert(0, self._entries.pop(i))
-                return entry
+        with self._lock:
+            for i, entry in enumerate(self._entries):
+                if entry.json == array:
+                    if i:
+                        self._entries.insert(0, self._entries.pop(i))
+                    return entry
         return None
 
+    @property
+    def held_bytes(self) -> int:
+        """JSON bytes of the arrays kept."""
+        return sum(len(e.json) for e in self._entries)
+
     def remember(self, entry: NameList) -> None:
-        if len(entry.json) < self._min_bytes or self.find(entry.json) is not None:
+        size = len(entry.json)
+        if size < self._min_bytes or size > self._max_bytes or self.find(entry.json) is not None:
             return
-        self._entries.insert(0, entry)
-        del self._entries[self._size :]
+        with self._lock:
+            self._entries.insert(0, entry)
+            del self._entries[self._size :]
+            while self.held_bytes > self._max_bytes:
+                self._entries.pop()
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -225,6 +258,7 @@ def _names(value: Any) -> tuple[str, ...]:
     """The names of a NodeNames array, checked: strings, none empty, none twice."""
     if not isinstance(value, list):
         raise WireError(f"NodeNames is {type_name(value)}, not an array")
+    _not_too_many(len(value), "NodeNames")
     # The common case checked in C (thousands of names per call); the loop below finds and
     # names the first problem otherwise.
     if set(map(type, value)) <= {str}:
@@ -238,6 +272,11 @@ def _names(value: Any) -> tuple[str, ...]:
             raise WireError(f"NodeNames[{i}] is empty")
     _no_repeats(value, "NodeNames")
     return tuple(value)
+
+
+def _not_too_many(count: int, where: str) -> None:
+    if count > MAX_NODES:
+        raise WireError(f"{where} lists {count} nodes; at most {MAX_NODES} are read")
 
 
 def _no_repeats(names: Sequence[str], where: str) -> set[str]:
@@ -260,6 +299,7 @@ def _nodes(value: Any) -> tuple[WireNode, ...]:
         return ()
     if not isinstance(items, list):
         raise WireError(f"Nodes.items is {type_name(items)}, not an array")
+    _not_too_many(len(items), "Nodes.items")
     nodes = tuple(_node(item, i) for i, item in enumerate(items))
     _no_repeats([n.name for n in nodes], "Nodes.items")
     return nodes

@@ -10,7 +10,7 @@ an answer must only keep or drop what it was sent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from joulie.core.preemption_candidates import Candidate
 from joulie.extender.go_json import (
@@ -22,6 +22,10 @@ from joulie.extender.go_json import (
     go_field,
     type_name,
 )
+from joulie.extender.wire import MAX_NODES
+
+MAX_VICTIMS_PER_NODE: Final = 5_000
+"""Most victims read for one node: far above any kubelet's maxPods (110 by default)."""
 
 
 def parse_preemption_args(body: bytes) -> tuple[Mapping[str, Any], tuple[Candidate, ...]]:
@@ -42,6 +46,8 @@ def parse_preemption_args(body: bytes) -> tuple[Mapping[str, Any], tuple[Candida
         return pod, ()
     field = "NodeNameToMetaVictims" if has_meta else "NodeNameToVictims"
     per_node = as_object(meta if has_meta else full, field)
+    if len(per_node) > MAX_NODES:
+        raise WireError(f"{field} lists {len(per_node)} nodes; at most {MAX_NODES} are read")
     return pod, tuple(
         _candidate(node, victims, field, whole_pods=has_full) for node, victims in per_node.items()
     )
@@ -57,6 +63,11 @@ def _candidate(node: str, value: Any, field: str, *, whole_pods: bool) -> Candid
         pods = []
     if not isinstance(pods, list):
         raise WireError(f"{field}[{node!r}].Pods is {type_name(pods)}, not an array")
+    if len(pods) > MAX_VICTIMS_PER_NODE:
+        raise WireError(
+            f"{field}[{node!r}].Pods lists {len(pods)} pods; at most "
+            f"{MAX_VICTIMS_PER_NODE} are read"
+        )
     uids = tuple(_victim_uid(pod, whole_pods) for pod in pods)
     if "" in uids:
         i = uids.index("")

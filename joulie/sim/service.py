@@ -35,7 +35,7 @@ from joulie.kube.projections import (
     pod_projection,
     pods_by_node,
 )
-from joulie.settings import split_address
+from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, split_address
 from joulie.sim.settings import SimulatorSettings
 from joulie.sim.simulation import Simulation, UnknownNode
 
@@ -237,7 +237,11 @@ class SimulatorRole:
         pods.add_handlers(Handlers(on_add=pod_changed, on_update=pod_moved, on_delete=pod_changed))
         collector = SimulationCollector(sim, clock)
         self._registry.register(collector)
-        runner = web.AppRunner(simulator_app(sim, clock, self._registry), access_log=None)
+        runner = web.AppRunner(
+            simulator_app(sim, clock, self._registry),
+            access_log=None,
+            keepalive_timeout=IDLE_CONNECTION_TIMEOUT_S,
+        )
         await runner.setup()
         host, port = split_address(settings.sim_addr)
         site = web.TCPSite(runner, host or None, port)

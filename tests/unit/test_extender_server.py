@@ -10,6 +10,7 @@ import gc
 import json
 import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from structlog.testing import capture_logs
 
 from hack.cluster.pki import create_pki
 from joulie.core.preemption_candidates import Candidate
-from joulie.extender import wire
+from joulie.extender import server, wire
 from joulie.extender.server import Placement, TlsError, extender_app, serve, tls_context
 from joulie.extender.settings import ExtenderSettings
 from tests.support.waiting import eventually
@@ -260,6 +261,79 @@ async def test_a_body_nested_past_the_policy_gets_400_and_the_server_goes_on(
     # As deep as the policy allows is read and answered.
     status, _ = await served.post(f"/{verb}", body(nested(200), nested(200)))
     assert status == 200
+
+
+@pytest.mark.asyncio
+async def test_a_list_longer_than_any_cluster_is_refused(served: Served) -> None:
+    names = [f"n{i}" for i in range(wire.MAX_NODES + 1)]
+    status, text = await served.post("/filter", json.dumps({"Pod": {}, "NodeNames": names}))
+    assert status == 400
+    assert f"NodeNames lists {wire.MAX_NODES + 1} nodes; at most {wire.MAX_NODES}" in text
+
+
+@pytest.mark.asyncio
+async def test_a_large_body_is_read_while_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A million names were read on the event loop: /healthz went unanswered for 4 s.
+    started, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    real = wire.parse_args
+
+    def slow_parse(body: bytes, lists: wire.NameLists | None = None) -> wire.ExtenderArgs:
+        started.set()
+        # A long reading, until the loop has shown it is free (on the loop itself, nothing
+        # could release it: the wait would run out).
+        released.append(release.wait(5))
+        return real(body, lists)
+
+    monkeypatch.setattr(wire, "parse_args", slow_parse)
+    client = await start(FakePlacement(eco=frozenset()))
+    try:
+        names = [f"node-{i:06}" for i in range(80_000)]  # 1.2 MB
+        body = json.dumps({"Pod": {}, "Nodes": None, "NodeNames": names})
+        big = asyncio.create_task(client.post("/filter", data=body))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        async with client.get("/readyz", timeout=aiohttp.ClientTimeout(total=3)) as response:
+            assert response.status == 200
+        release.set()
+        async with await big as response:
+            assert response.status == 200
+            assert len((await response.json())["NodeNames"]) == 80_000
+        assert released == [True]
+    finally:
+        release.set()
+        await client.close()
+
+
+@pytest.mark.asyncio
+async def test_bodies_held_at_once_are_bounded() -> None:
+    # Four 100 MB bodies at once took RSS to 640 MiB: now two are read at a time; a third
+    # waits its turn within the time limit (503 if none comes).
+    placement = FakePlacement()
+    client = await start(placement)
+    writers = []
+    try:
+        for _ in range(server.MAX_BODIES_AT_ONCE):
+            _, writer = await asyncio.open_connection(client.server.host, client.server.port)
+            writer.write(
+                b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(NAMES_BODY) + NAMES_BODY[:100]
+            )
+            await writer.drain()
+            writers.append(writer)
+        third = asyncio.create_task(client.post("/filter", data=NAMES_BODY))
+        await asyncio.sleep(0.5)
+        assert not third.done()  # its body is not read while two are held
+        assert placement.calls == []
+        writers[0].close()  # one holder gives up: the third goes on
+        async with await asyncio.wait_for(third, 1.0) as response:
+            assert response.status == 200
+        assert placement.calls == ["filter"]
+    finally:
+        for writer in writers:
+            writer.close()
+        await client.close()
 
 
 # --- the placement misbehaving -----------------------------------------------------------------
@@ -644,6 +718,42 @@ async def serve_once(settings_: ExtenderSettings, ssl_context: ssl.SSLContext | 
 async def test_serve_plain_http_until_stopping() -> None:
     addr = f"127.0.0.1:{free_port()}"
     assert await serve_once(extender_settings(EXTENDER_ADDR=addr), None) == "cpu-a-01,gpu-h-07"
+
+
+@pytest.mark.asyncio
+async def test_a_connection_that_sends_no_whole_request_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Connections that sent nothing, or half their headers, were held for about an hour.
+    monkeypatch.setattr("joulie.extender.server.IDLE_CONNECTION_TIMEOUT_S", 0.5)
+    settings_ = extender_settings(EXTENDER_ADDR=f"127.0.0.1:{free_port()}")
+    stopping, listening = asyncio.Event(), asyncio.Event()
+    app = extender_app(FakePlacement(), settings_)
+    task = asyncio.create_task(
+        serve(app, settings_, stopping, on_listening=lambda _: listening.set())
+    )
+    await asyncio.wait_for(listening.wait(), 10)
+    host, port = settings_.extender_addr.split(":")
+    try:
+        for start in (b"", b"POST /filter HTTP/1.1\r\nHost: x\r\n"):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(start)
+            await writer.drain()
+            # The server hangs up: the read ends without an answer, well before a minute.
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        assert await serve_filter(settings_.extender_addr) == "cpu-a-01,gpu-h-07"
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def serve_filter(addr: str) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://{addr}/filter", data=NAMES_BODY) as response,
+    ):
+        return ",".join((await response.json())["NodeNames"])
 
 
 @pytest.mark.asyncio

@@ -468,3 +468,18 @@ def test_a_malformed_preemption_body_is_one_wire_error(raw: bytes, reason: str) 
     with pytest.raises(WireError) as caught:
         parse_preemption_args(raw)
     assert reason in caught.value.reason
+
+
+def test_the_lists_kept_are_bounded_in_bytes_not_only_in_count() -> None:
+    # Eight lists of a million names each were all kept: RSS 263 -> 814 MiB, held.
+    lists = NameLists(max_bytes=100_000)
+    bodies = [[f"n{k}-{i:06}" for i in range(2_000)] for k in range(8)]  # ~24 KB of JSON each
+    for names in bodies:
+        parse_args(names_args({}, names), lists)
+        assert lists.held_bytes <= 100_000
+    assert lists.find(go(bodies[-1])) is not None  # the newest stay
+    assert lists.find(go(bodies[0])) is None
+    huge = [f"n-{i:07}" for i in range(20_000)]  # ~240 KB: never kept
+    assert parse_args(names_args({}, huge), lists).names == tuple(huge)
+    assert lists.find(go(huge)) is None
+    assert lists.find(go(bodies[-1])) is not None

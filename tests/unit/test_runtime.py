@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,9 +20,19 @@ from hack.cluster.runner import free_port
 from tests.conftest import ROOT
 
 
+def limit_open_files(soft: int) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 class Proc:
     def __init__(
-        self, mode: str, tmp_path: Path, timeout: str = "3s", ready_delay: float = 0.5
+        self,
+        mode: str,
+        tmp_path: Path,
+        timeout: str = "3s",
+        ready_delay: float = 0.5,
+        open_files: int | None = None,
     ) -> None:
         self.port = free_port()
         self.log = tmp_path / "roles.log"
@@ -40,6 +51,7 @@ class Proc:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=None if open_files is None else lambda: limit_open_files(open_files),
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -176,3 +188,23 @@ def test_port_in_use_is_a_clear_error() -> None:
         )
     assert result.returncode == 1
     assert "cannot listen" in result.stdout + result.stderr
+
+
+def test_connections_left_open_do_not_exhaust_a_low_open_file_limit(tmp_path: Path) -> None:
+    # At a soft limit of 256 open files, 300 connections that sent half a request made the
+    # health probe unreachable; the process now raises its soft limit to the hard one.
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1024:
+        pytest.skip("the hard open-file limit is too low to tell")
+    p = Proc("ok", tmp_path, open_files=256)
+    held: list[socket.socket] = []
+    try:
+        p.wait_until_serving()
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+            held.append(s)
+        assert p.get("/healthz").text == "ok\n"
+    finally:
+        for s in held:
+            s.close()
+        p.stop()
