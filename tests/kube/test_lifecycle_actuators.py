@@ -437,6 +437,24 @@ async def test_capi_refuses_what_it_cannot_remove_safely(
     assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
     assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3
 
+    # Nothing proves a match: a Machine that names no node, and a Node whose providerID the
+    # Machine does not carry (each was taken as a match).
+    md, ms, _, _ = await deployment_with_machine(capi, nodes)
+    unlinked = await capi.create("machines", "Machine", unique("unlinked"), by=owner(ms))
+    claimed = await nodes(unique("claims"), capi.node_annotations(unlinked))
+    result = await actuator.shutdown(request_for(claimed))
+    assert result.outcome is Outcome.FAILED
+    assert "names no node (status.nodeRef)" in result.message
+    name = unique("pid")
+    linked = await capi.machine_for(name, owner(ms))
+    with_id = await nodes(name, capi.node_annotations(linked), "aws:///eu-1a/i-0abc")
+    result = await actuator.shutdown(request_for(with_id))
+    assert result.outcome is Outcome.FAILED
+    assert "has providerID (none), the Node aws:///eu-1a/i-0abc" in result.message
+    for machine in (unlinked, linked):
+        assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3
+
 
 async def test_capi_writes_nothing_without_leadership(
     capi: Capi, client: KubeClient, nodes: Any

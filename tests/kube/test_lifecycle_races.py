@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from prometheus_client import REGISTRY
 
 from hack.cluster.runner import LocalCluster
@@ -32,7 +34,7 @@ from tests.support.lifecycle_nodes import (
     tainted,
     untouched,
 )
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
 
@@ -419,3 +421,36 @@ async def test_a_pod_that_only_looks_like_system_work_keeps_its_node_on(
         await passes_go_by(6)
         assert untouched(node(cluster, annotated))
         assert untouched(node(cluster, owned))
+
+
+def test_the_manager_may_delete_only_nodes_kwok_fakes(
+    cluster: LocalCluster, kwok_delete_granted: None
+) -> None:
+    # Its grant covered every Node: with it, a real Node (and every pod bound to it) could go.
+    fake, real = lifecycle_nodes("vap", 1)[0], lifecycle_nodes("vap", 1, kwok=False)[0]
+    cluster.create_ready_nodes([fake])
+    with cluster.api() as api:
+        api.post("/api/v1/nodes", json=real).raise_for_status()  # no kubelet: never Ready
+    kubeconfig = yaml.safe_load(cluster.role_kubeconfig("manager").read_text())
+    token = kubeconfig["users"][0]["user"]["token"]
+    with httpx.Client(
+        base_url=cluster.server,
+        verify=cluster.ca_tls(),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ) as as_manager:
+        real_path = f"/api/v1/nodes/{real['metadata']['name']}"
+        # Tried without effect (dryRun) until the API server has loaded the policy.
+        wait_until(
+            lambda: as_manager.delete(real_path, params={"dryRun": "All"}).status_code == 403,
+            30,
+            "the admission policy to be in force",
+        )
+        refused = as_manager.delete(real_path)
+        assert refused.status_code == 403
+        assert "deletes only Nodes that KWOK fakes" in refused.text
+        deleted = as_manager.delete(f"/api/v1/nodes/{fake['metadata']['name']}")
+        assert deleted.status_code == 200, deleted.text
+    with cluster.api() as api:
+        assert api.get(real_path).status_code == 200
+        api.delete(real_path)

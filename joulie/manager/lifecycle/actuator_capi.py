@@ -258,14 +258,31 @@ def _controller(obj: Mapping[str, Any], kind: str) -> str | None:
 
 
 def _check_same_node(machine: Mapping[str, Any], request: ShutdownRequest) -> None:
-    """The Machine must be this node's: an annotation left over from an earlier Machine must not
-    remove another node."""
+    """The Machine must be proven this node's, or nothing is removed: an annotation left over
+    from an earlier Machine, or written by someone else, must not remove another machine.
+
+    Proof is the Machine's ``status.nodeRef`` naming this node (and this Node object, where
+    both carry a uid), and where the Node has a providerID, the Machine carrying the same. A
+    Machine without a nodeRef (its node never joined, or is not linked yet), or whose providerID
+    cannot be compared, proves nothing: it had been taken as a match."""
     name = (machine.get("metadata") or {}).get("name", "")
-    node_ref = ((machine.get("status") or {}).get("nodeRef") or {}).get("name")
-    if node_ref and node_ref != request.node:
-        raise CapiError(f"Machine {name} belongs to node {node_ref}, not to this one")
-    provider_id = (machine.get("spec") or {}).get("providerID")
-    if provider_id and request.provider_id and provider_id != request.provider_id:
+    node_ref = (machine.get("status") or {}).get("nodeRef") or {}
+    if not isinstance(node_ref, Mapping) or not node_ref.get("name"):
         raise CapiError(
-            f"Machine {name} has providerID {provider_id}, the Node {request.provider_id}"
+            f"Machine {name} names no node (status.nodeRef): it cannot be shown to be node "
+            f"{request.node}'s"
+        )
+    if node_ref["name"] != request.node:
+        raise CapiError(f"Machine {name} belongs to node {node_ref['name']}, not to this one")
+    ref_uid = node_ref.get("uid")
+    if ref_uid and request.uid and ref_uid != request.uid:
+        raise CapiError(
+            f"Machine {name} belongs to an earlier Node {request.node} (uid {ref_uid}), not "
+            f"to this one (uid {request.uid})"
+        )
+    provider_id = (machine.get("spec") or {}).get("providerID")
+    if request.provider_id and provider_id != request.provider_id:
+        raise CapiError(
+            f"Machine {name} has providerID {provider_id or '(none)'}, the Node "
+            f"{request.provider_id}"
         )
