@@ -21,6 +21,7 @@ import annotated_types as at
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
 
+from joulie.api import json_body
 from joulie.api.selector import SelectorError, parse_selector
 
 # --- field markers -----------------------------------------------------------------------------
@@ -56,27 +57,36 @@ that any value but the ones it lists is an error."""
 
 # --- value types -------------------------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.ASCII)
+_PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+MAX_DURATION_S: Final = 366 * 86400.0
+"""The longest duration any variable takes: a year. Longer is a typo (99999999999h was accepted,
+and the process then never did what the variable times)."""
 
 
 def parse_duration(text: object) -> object:
-    """Go-style durations (``1m30s``, ``500ms``, ``2h``) or plain seconds, to float seconds."""
+    """Go-style durations (``1m30s``, ``500ms``, ``2h``) or plain seconds, to float seconds.
+    Digits are ASCII only (``float`` reads other scripts' digits: one second in Arabic-Indic
+    digits had passed), and nothing past :data:`MAX_DURATION_S` is taken."""
     if not isinstance(text, str):
         return text
     s = text.strip()
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m[1]) * _UNIT_SECONDS[m[2]]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise ValueError(f"not a duration: {text!r}")
+    if len(s) > 64:
+        raise ValueError(f"not a duration: {text[:64]!r}... ({len(text)} characters)")
+    if _PLAIN_SECONDS.fullmatch(s):
+        total = float(s)
+    else:
+        pos, total = 0, 0.0
+        for m in _DURATION_PART.finditer(s):
+            if m.start() != pos:
+                break
+            total += float(m[1]) * _UNIT_SECONDS[m[2]]
+            pos = m.end()
+        if pos != len(s) or not s:
+            raise ValueError(f"not a duration: {text!r}")
+    if total > MAX_DURATION_S:
+        raise ValueError(f"{text!r} is longer than a year ({format_duration(MAX_DURATION_S)})")
     return total
 
 
@@ -99,12 +109,16 @@ def _split_list(value: object) -> object:
     return value
 
 
+MAX_JSON_SETTING_BYTES: Final = 1024**2
+"""Largest JSON value a variable may hold (a table of GPU models is a few kilobytes)."""
+
+
 def parse_json(value: object) -> object:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos})") from exc
+            return json_body.loads(value, max_bytes=MAX_JSON_SETTING_BYTES, what="the value")
+        except json_body.JsonBodyError as exc:
+            raise ValueError(exc.reason) from None
     return value
 
 
@@ -128,12 +142,46 @@ def _check_address(value: str) -> str:
 
 
 def check_url(value: str) -> str:
-    """Accept an http(s) URL (a ``{node}`` placeholder counts as a host name part)."""
-    parsed = urlsplit(value.replace("{node}", "node"))
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError("expected an http:// or https:// URL")
+    """Accept an http(s) URL with a host (a ``{node}`` placeholder counts as a host name part);
+    no whitespace or control characters, which an HTTP client would send or refuse later."""
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError("a URL has no spaces or control characters")
+    try:
+        parsed = urlsplit(value.replace("{node}", "node"))
+        host = parsed.hostname
+        parsed.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        raise ValueError("expected an http:// or https:// URL") from None
+    if parsed.scheme not in ("http", "https") or not host:
+        raise ValueError("expected an http:// or https:// URL with a host")
     return value
 
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_node_name(value: str) -> str:
+    if value and (len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value)):
+        raise ValueError("not a Kubernetes node name")
+    return value
+
+
+def _check_absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("not an absolute path")
+    return value
+
+
+NodeNameText = Annotated[
+    str,
+    AfterValidator(_check_node_name),
+    Accepts("a node name: a lowercase DNS subdomain of at most 253 characters"),
+]
+"""A Kubernetes node name, or empty for none."""
+
+AbsolutePath = Annotated[str, AfterValidator(_check_absolute), Accepts("an absolute path")]
+"""A file or directory, from the root: a relative one would follow the process's working
+directory."""
 
 ListenAddress = Annotated[
     str, AfterValidator(_check_address), Accepts("host:port or :port (port 1-65535)")
@@ -196,7 +244,17 @@ class Problem:
     accepted: str
 
     def __str__(self) -> str:
-        return f"{self.variable}={self.value!r}: {self.detail} (accepted: {self.accepted})"
+        return f"{self.variable}={shown(self.value)}: {self.detail} (accepted: {self.accepted})"
+
+
+_SHOWN_CHARACTERS: Final = 120
+
+
+def shown(value: str) -> str:
+    """A raw value quoted for a message, cut short when long (a 6 KB value was echoed whole)."""
+    if len(value) <= _SHOWN_CHARACTERS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARACTERS]!r}... ({len(value)} characters)"
 
 
 class Source:
@@ -266,7 +324,7 @@ class EnvSettings(BaseModel):
                 detail = "; ".join(found)
                 if _has_marker(info, WARN_ON_INVALID):
                     warnings.append(
-                        f"{cls.env_name(name)}={raw[name]!r} cannot be used: {detail}; "
+                        f"{cls.env_name(name)}={shown(raw[name])} cannot be used: {detail}; "
                         f"using {describe_value(info.default)} (accepted: {accepts(info)})"
                     )
                 else:
@@ -275,7 +333,10 @@ class EnvSettings(BaseModel):
             # Every default is valid, so with the bad values removed this cannot fail.
             settings = cls.model_validate(candidate)
 
-        problems.extend(settings.check())
+        # A variable already refused is not judged again at its default (NODE_NAME=bad/name
+        # was also "required").
+        refused = {cls.env_name(name) for name in invalid}
+        problems.extend(p for p in settings.check() if p.variable not in refused)
         warnings.extend(settings.advise())
         sources = {
             cls.env_name(name): (

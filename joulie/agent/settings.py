@@ -10,7 +10,15 @@ from pydantic import Field
 from joulie.agent.sharding import ordinal
 from joulie.api.enums import TelemetryBackend
 from joulie.api.keys import MANAGED_LABEL
-from joulie.settings import Accepts, Duration, EnvSettings, LabelSelectorText, Problem
+from joulie.settings import (
+    AbsolutePath,
+    Accepts,
+    Duration,
+    EnvSettings,
+    LabelSelectorText,
+    NodeNameText,
+    Problem,
+)
 
 
 class AgentMode(StrEnum):
@@ -27,7 +35,7 @@ class AgentSettings(EnvSettings):
     agent_mode: AgentMode = AgentMode.DAEMONSET
     """daemonset: one agent per node controlling its own hardware; pool: one agent process
     serving many (KWOK) nodes through the HTTP backends."""
-    node_name: str = ""
+    node_name: NodeNameText = ""
     """daemonset mode: the node this agent runs on (from the downward API, spec.nodeName)."""
     pool_node_selector: LabelSelectorText = f"{MANAGED_LABEL}=true"
     """pool mode: label selector of the nodes the pool serves."""
@@ -63,10 +71,10 @@ class AgentSettings(EnvSettings):
     """How often NodeHardware is rewritten when nothing changed, so the manager sees the agent
     alive (it reports an agent stale after 15 minutes)."""
 
-    host_root: str = "/"
+    host_root: AbsolutePath = "/"
     """daemonset mode: where the host's /sys and /proc are found (the DaemonSet mounts them;
     tests point it at a fake tree)."""
-    state_dir: str = "/var/lib/joulie"
+    state_dir: AbsolutePath = "/var/lib/joulie"
     """daemonset mode: the directory on the node (a hostPath) that keeps the hardware baseline
     across agent restarts within one boot."""
     discovery_interval: Annotated[Duration, Field(ge=10, le=86400)] = 600.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -73,7 +74,7 @@ def test_every_problem_is_reported_at_once() -> None:
     assert by_var["STATIC_HP_FRAC"].value == "abc"
     assert "<= 1" in by_var["STATIC_HP_FRAC"].accepted
     assert "static_partition" in by_var["POLICY_TYPE"].accepted
-    assert "not valid JSON" in by_var["GPU_MODEL_CAPS_JSON"].detail
+    assert "the value is not JSON" in by_var["GPU_MODEL_CAPS_JSON"].detail
     assert "duration" in by_var["RECONCILE_INTERVAL"].accepted
     # The rest of the settings are still usable (and defaulted where invalid).
     assert loaded.settings.static_hp_frac == 0.5
@@ -278,3 +279,64 @@ def test_duration_forms() -> None:
     assert parse_duration("1h30m15s") == 5415
     assert parse_duration("45") == 45
     assert format_duration(0.25) == "250ms"
+
+
+WEBHOOK = {"LIFECYCLE_MODE": "enforce", "LIFECYCLE_ACTUATOR": "webhook"}
+NODE = {"NODE_NAME": "n"}
+
+
+@pytest.mark.parametrize(
+    ("settings_class", "env", "variable", "detail"),
+    [
+        # Each of these was accepted with exit 0.
+        (ManagerSettings, {"RECONCILE_INTERVAL": "99999999999h"}, "RECONCILE_INTERVAL", "a year"),
+        (
+            ManagerSettings,
+            {"RECONCILE_INTERVAL": "\u0661s"},
+            "RECONCILE_INTERVAL",
+            "not a duration",
+        ),
+        (ManagerSettings, {"RECONCILE_INTERVAL": "\u0661"}, "RECONCILE_INTERVAL", "not a duration"),
+        (AgentSettings, {**NODE, "HOST_ROOT": "host"}, "HOST_ROOT", "not an absolute path"),
+        (AgentSettings, {**NODE, "STATE_DIR": "state"}, "STATE_DIR", "not an absolute path"),
+        (AgentSettings, {"NODE_NAME": "bad/name"}, "NODE_NAME", "not a Kubernetes node name"),
+        (AgentSettings, {"NODE_NAME": "N" * 254}, "NODE_NAME", "not a Kubernetes node name"),
+        (
+            ManagerSettings,
+            {**WEBHOOK, "LIFECYCLE_WEBHOOK_URL": "http://"},
+            "LIFECYCLE_WEBHOOK_URL",
+            "with a host",
+        ),
+        (
+            ManagerSettings,
+            {**WEBHOOK, "LIFECYCLE_WEBHOOK_URL": "http://a b/x"},
+            "LIFECYCLE_WEBHOOK_URL",
+            "no spaces",
+        ),
+        # A traceback (RecursionError) before.
+        (
+            ManagerSettings,
+            {"GPU_MODEL_CAPS_JSON": "[" * 3000 + "]" * 3000},
+            "GPU_MODEL_CAPS_JSON",
+            "is not JSON",
+        ),
+        (
+            ManagerSettings,
+            {"GPU_MODEL_CAPS_JSON": "[" * 900 + "]" * 900},
+            "GPU_MODEL_CAPS_JSON",
+            "nested deeper than 254",
+        ),
+    ],
+)
+def test_a_bad_value_is_refused_with_its_reason(
+    settings_class: type[ManagerSettings] | type[AgentSettings],
+    env: dict[str, str],
+    variable: str,
+    detail: str,
+) -> None:
+    loaded = settings_class.from_env(env)
+    by_var = {p.variable: p for p in loaded.problems}
+    assert detail in by_var[variable].detail
+    # One problem per variable, and the value quoted at most ~120 characters.
+    assert [p.variable for p in loaded.problems].count(variable) == 1
+    assert len(str(by_var[variable])) < 500

@@ -168,14 +168,9 @@ class LifecycleSettings(EnvSettings):
                     )
                 )
             if self.lifecycle_actuator is ActuatorKind.WEBHOOK:
-                if not self.lifecycle_webhook_url.startswith(("http://", "https://")):
-                    problems.append(
-                        self.problem(
-                            "lifecycle_webhook_url",
-                            "is required with LIFECYCLE_ACTUATOR=webhook",
-                            "an http:// or https:// URL",
-                        )
-                    )
+                problems += self.url_problems(
+                    "lifecycle_webhook_url", "LIFECYCLE_ACTUATOR=webhook", template=False
+                )
                 if self.lifecycle_webhook_secret_file:
                     try:
                         with open(self.lifecycle_webhook_secret_file, "rb") as secret:
