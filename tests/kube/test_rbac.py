@@ -27,6 +27,7 @@ TARGETS = (
     ("joulie.io", "nodehardwares", "", ""),
     ("joulie.io", "nodehardwares", "status", ""),
     ("events.k8s.io", "events", "", "default"),
+    ("events.k8s.io", "events", "", "kube-system"),
     ("coordination.k8s.io", "leases", "", NAMESPACE),
     ("coordination.k8s.io", "leases", "", "kube-system"),
 )
@@ -120,12 +121,17 @@ def test_what_matters_most(cluster: LocalCluster) -> None:
         assert not can(extender, "get", *lease, name="kube-scheduler")
         assert not can(extender, "update", *lease, name="joulie-manager")
     with role_client(cluster, "agent") as agent:
+        # It could forge a Warning Event about any node, in kube-system as anywhere.
+        assert not can(agent, "create", "events.k8s.io", "events", "", "kube-system")
+        assert not can(agent, "create", "events.k8s.io", "events", "", "default")
         assert not can(agent, "patch", "joulie.io", "nodetwins", "", "")
         assert can(agent, "patch", "joulie.io", "nodetwins", "status", "")
         assert not can(agent, "patch", "", "nodes", "", "")
     with role_client(cluster, "manager") as manager:
         assert can(manager, "patch", "", "nodes", "", "")
         assert not can(manager, "get", "", "secrets", "", NAMESPACE)
+        assert can(manager, "create", "events.k8s.io", "events", "", "default")
+        assert not can(manager, "create", "events.k8s.io", "events", "", "kube-system")
         assert can(manager, "update", "coordination.k8s.io", "leases", "", NAMESPACE)
         assert not can(manager, "update", "coordination.k8s.io", "leases", "", "kube-system")
 
