@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 CPUINFO = "/proc/cpuinfo"
+CPUINFO_LIMIT = 16 * 1024**2
+"""About 1.5 KiB a logical CPU: room for thousands."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def discover_cpu(sysfs: Sysfs) -> CpuDiscovery:
 def _cpuinfo(sysfs: Sysfs) -> list[dict[str, str]]:
     stanzas: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    for line in (sysfs.try_read(CPUINFO) or "").splitlines():
+    for line in (sysfs.try_read(CPUINFO, CPUINFO_LIMIT) or "").splitlines():
         if not line.strip():
             if current:
                 stanzas.append(current)

@@ -20,6 +20,10 @@ from pathlib import Path
 __all__ = ["ErrorKind", "Sysfs", "SysfsError"]
 
 
+MAX_ATTRIBUTE_BYTES = 4096
+"""A sysfs attribute is at most one page (PAGE_SIZE, 4 KiB on x86-64 and most arm64 kernels)."""
+
+
 class ErrorKind(StrEnum):
     MISSING = "missing"
     """The file does not exist: the interface is not there on this node."""
@@ -73,12 +77,19 @@ class Sysfs:
         except OSError:
             return []
 
-    def read(self, path: str) -> str:
-        """The file's contents without surrounding white space."""
+    def read(self, path: str, limit: int = MAX_ATTRIBUTE_BYTES) -> str:
+        """The file's contents without surrounding white space. At most ``limit`` bytes are read
+        (a page by default: the kernel's attribute files are never longer); a longer file (a
+        planted one, or a link to /dev/zero in a tree that is not the host's) is refused rather
+        than read whole."""
         try:
-            return self.path(path).read_text(encoding="utf-8", errors="replace").strip()
+            with open(self.path(path), "rb") as file:
+                data = file.read(limit + 1)
         except OSError as exc:
             raise SysfsError(_classify(exc), path, exc.strerror or repr(exc)) from None
+        if len(data) > limit:
+            raise SysfsError(ErrorKind.INVALID, path, f"longer than {limit} bytes")
+        return data.decode("utf-8", errors="replace").strip()
 
     def read_int(self, path: str) -> int:
         text = self.read(path)
@@ -87,10 +98,10 @@ class Sysfs:
         except ValueError:
             raise SysfsError(ErrorKind.INVALID, path, f"not an integer: {text[:40]!r}") from None
 
-    def try_read(self, path: str) -> str | None:
-        """The contents, or None when the file is missing or cannot be read."""
+    def try_read(self, path: str, limit: int = MAX_ATTRIBUTE_BYTES) -> str | None:
+        """The contents, or None when the file is missing, cannot be read or is too long."""
         try:
-            return self.read(path)
+            return self.read(path, limit)
         except SysfsError:
             return None
 

@@ -78,7 +78,7 @@ def parse_quantity(text: str | int | float) -> Fraction:
         raise QuantityError(f"not a quantity: {text!r}") from exc
     if suffix in _BINARY:
         return number * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
+    if len(suffix) > 1 and suffix[0] in ("e", "E"):  # "E" alone is exa
         exponent = int(suffix[1:])  # at most MAX_TEXT digits: cheap
         if abs(exponent) > MAX_EXPONENT:
             raise QuantityError(

@@ -41,13 +41,24 @@ def _place(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
+MAX_YAML_BYTES = 64 * 1024**2
+"""Largest file read (an inventory of 100,000 nodes is a few megabytes)."""
+
+
 def read_yaml_file(path: Path, what: str) -> Any:
     """The document in ``path``; YamlFileError names the file and says what went wrong (``what``
     says what the file was meant to be, e.g. "inventory")."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as file:
+            raw = file.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise YamlFileError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL in the name
+        raise YamlFileError(f"{str(path)!r}: cannot read {what}: not a file name") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise YamlFileError(f"{path}: {what} is larger than {MAX_YAML_BYTES} bytes")
+    try:
+        text = raw.decode()
     except UnicodeDecodeError:
         raise YamlFileError(f"{path}: cannot read {what}: not a text file (UTF-8)") from None
     try:

@@ -48,6 +48,9 @@ def test_selector_errors_name_the_problem(text: str) -> None:
         ("0.5", Fraction(1, 2)),
         (3, 3),
         ("1.5Gi", 3 * 2**29),
+        # Exa after a fraction: a ValueError escaped (found by the fuzz suite).
+        ("1.5E", 15 * 10**17),
+        ("0.E", 0),
     ],
 )
 def test_quantities(text: str | int, value: Fraction | int) -> None:
