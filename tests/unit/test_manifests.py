@@ -57,16 +57,19 @@ def test_every_object_is_identified_and_namespaced_where_needed() -> None:
         "ValidatingAdmissionPolicyBinding",
     }
     # The kubelets' heartbeats live in kube-node-lease: the manager's node lifecycle reads them
-    # there, through a Role and RoleBinding of that namespace.
+    # there, through a Role and RoleBinding of that namespace. Events about Nodes are filed in
+    # default, and the manager may write Events there alone.
     elsewhere = {
-        ("Role", "joulie-manager-node-leases"),
-        ("RoleBinding", "joulie-manager-node-leases"),
+        ("Role", "joulie-manager-node-leases"): "kube-node-lease",
+        ("RoleBinding", "joulie-manager-node-leases"): "kube-node-lease",
+        ("Role", "joulie-manager-events"): "default",
+        ("RoleBinding", "joulie-manager-events"): "default",
     }
     for o in objects():
         assert o["apiVersion"], o
         assert o["metadata"]["name"], o
         if (o["kind"], o["metadata"]["name"]) in elsewhere:
-            assert o["metadata"].get("namespace") == "kube-node-lease"
+            assert o["metadata"].get("namespace") == elsewhere[o["kind"], o["metadata"]["name"]]
         elif o["kind"] not in cluster_scoped:
             assert o["metadata"].get("namespace") == "joulie-system", o["metadata"]["name"]
 
