@@ -25,6 +25,34 @@ _JSON_TRACEBACKS = structlog.processors.ExceptionRenderer(
     ExceptionDictTransformer(show_locals=False, max_frames=MAX_TRACEBACK_FRAMES, use_rich=False)
 )
 
+MAX_VALUE_CHARS = 2000
+"""Characters of one logged value kept (the rest is counted, not written): a value taken from a
+request, such as a repeated 10 MB node name in a refusal, must not make a log line of that size.
+With at most MAX_TRACEBACK_FRAMES frames, a line stays within tens of kilobytes."""
+
+
+def _bounded(value: object, depth: int = 0) -> object:
+    if isinstance(value, str):
+        if len(value) <= MAX_VALUE_CHARS:
+            return value
+        return f"{value[:MAX_VALUE_CHARS]}... ({len(value)} characters)"
+    if depth >= 4:
+        return value
+    if isinstance(value, dict):
+        return {k: _bounded(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded(v, depth + 1) for v in value]
+    return value
+
+
+def _bound_values(
+    _: object, __: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """Every string of the event (a rendered traceback's messages included) cut to
+    MAX_VALUE_CHARS."""
+    return {key: _bounded(value) for key, value in event_dict.items()}
+
+
 _LEVELS = {
     LogLevel.DEBUG: logging.DEBUG,
     LogLevel.INFO: logging.INFO,
@@ -54,6 +82,7 @@ def configure_logging(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             *([] if console else [_JSON_TRACEBACKS]),
+            _bound_values,
             renderer,
         ],
     )

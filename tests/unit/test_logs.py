@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from joulie.logs import MAX_TRACEBACK_FRAMES, configure_logging
+from joulie.logs import MAX_TRACEBACK_FRAMES, MAX_VALUE_CHARS, configure_logging
 from joulie.process_settings import LogFormat, LogLevel
 
 SECRET = "hmac-key-7f3a9c1e5b"
@@ -60,3 +60,18 @@ def test_a_deep_traceback_is_cut_to_a_bounded_line(logged: io.StringIO) -> None:
     frames = json.loads(line)["exception"][0]["frames"]
     assert len(frames) <= MAX_TRACEBACK_FRAMES + 1  # and one line saying how many were cut
     assert len(line) < 20_000
+
+
+def test_a_huge_value_or_message_is_cut_to_a_bounded_line(logged: io.StringIO) -> None:
+    # A refusal quoting a 10 MB node name, or an error carrying one, was logged whole.
+    configure_logging(LogFormat.JSON, LogLevel.INFO, logged)
+    name = "n" * 10_000_000
+    structlog.get_logger("t").warning("refused a malformed request", reason=name)
+    try:
+        raise ValueError(f"node {name!r} is listed twice")
+    except ValueError as exc:
+        structlog.get_logger("t").error("failed", exc_info=exc)
+    first, second = logged.getvalue().splitlines()
+    assert json.loads(first)["reason"].endswith("... (10000000 characters)")
+    assert json.loads(second)["exception"][0]["exc_value"].endswith("(10000023 characters)")
+    assert max(len(first), len(second)) < MAX_VALUE_CHARS + 20_000
