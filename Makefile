@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo install binaries prometheus lint typecheck pytest generate crds docs image clean \
 	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-simulate bench-agent-pool bench-agent-daemon \
-	bench-extender bench-lifecycle
+	bench-extender bench-lifecycle bench-hostile
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
@@ -101,6 +101,9 @@ bench-simulator: install binaries
 # pods/s with and without it (bench-informer cluster; the manager runs alongside, about 15 minutes).
 bench-extender: install binaries
 	$(BIN)/python -m bench.extender
+
+bench-hostile: install binaries
+	$(BIN)/python -m bench.hostile
 
 # Regenerate what is derived from the code (CI fails when the committed copies are stale).
 generate: crds docs

@@ -21,7 +21,14 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "JsonBodyError", "check_depth", "loads", "read_capped"]
+__all__ = [
+    "MAX_DEPTH",
+    "JsonBodyError",
+    "check_depth",
+    "containers_in",
+    "loads",
+    "read_capped",
+]
 
 MAX_DEPTH: Final = 254
 """Deepest nesting accepted: the deepest orjson writes, so the check is one C call (a
@@ -36,17 +43,33 @@ class JsonBodyError(ValueError):
         self.reason = reason
 
 
-def check_depth(value: Any, what: str = "body") -> None:
-    """JsonBodyError when decoded JSON nests deeper than :data:`MAX_DEPTH`."""
-    try:
-        orjson.dumps(value)
-        return
-    except TypeError:
-        # orjson's recursion limit, or something it does not write (an integer past 64 bits, a
-        # lone surrogate, which the standard library's decoder produces): walk it to tell.
-        pass
+def check_depth(value: Any, what: str = "body", containers: int | None = None) -> None:
+    """JsonBodyError when decoded JSON nests deeper than :data:`MAX_DEPTH`. ``containers`` (an
+    upper bound of the objects and arrays in it, such as the count of ``{`` and ``[`` in its
+    text) picks the cheaper way: with few, a walk of them (no copy of a body that is mostly one
+    long string); with many, orjson writing it (one C call, a transient copy)."""
+    if containers is None or containers > _WALKED_CONTAINERS:
+        try:
+            orjson.dumps(value)
+            return
+        except TypeError:
+            # orjson's recursion limit, or something it does not write (an integer past 64
+            # bits, a lone surrogate, which the standard library's decoder produces): walk it.
+            pass
     if _depth_over(value, MAX_DEPTH):
         raise JsonBodyError(f"{what} is nested deeper than {MAX_DEPTH} levels")
+
+
+_WALKED_CONTAINERS: Final = 10_000
+"""Up to this many objects and arrays a walk costs a few milliseconds."""
+
+
+def containers_in(raw: bytes | str) -> int:
+    """An upper bound of the objects and arrays in JSON text (brackets inside strings count
+    too): two scans in C."""
+    if isinstance(raw, str):
+        return raw.count("{") + raw.count("[")
+    return raw.count(b"{") + raw.count(b"[")
 
 
 def _depth_over(value: Any, limit: int) -> bool:
@@ -74,7 +97,7 @@ def loads(raw: bytes | str, *, max_bytes: int, what: str = "body") -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise JsonBodyError(f"{what} is not JSON: {exc}") from None
-    check_depth(value, what)
+    check_depth(value, what, containers_in(raw))
     return value
 
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from joulie.api.json_body import JsonBodyError, check_depth
+from joulie.api.json_body import JsonBodyError, check_depth, containers_in
 
 
 class WireError(ValueError):
@@ -56,14 +56,14 @@ def decode(body: bytes) -> Any:
     decoded = quick_decode(body)
     if decoded is ABSENT:
         decoded = _decode_slowly(body)
-    within_policy(decoded)
+    within_policy(decoded, body)
     return decoded
 
 
-def within_policy(decoded: Any, what: str = "body") -> None:
-    """WireError when decoded JSON nests deeper than the policy allows."""
+def within_policy(decoded: Any, text: bytes, what: str = "body") -> None:
+    """WireError when decoded JSON (of ``text``) nests deeper than the policy allows."""
     try:
-        check_depth(decoded, what)
+        check_depth(decoded, what, containers_in(text))
     except JsonBodyError as exc:
         raise WireError(exc.reason) from None
 

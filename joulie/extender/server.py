@@ -4,7 +4,8 @@ and a debug view of one node's score.
 kube-scheduler waits for the extender on every scheduling cycle, so the server never makes it wait
 for long and never answers its calls with a 5xx. A body it could not have sent gets 400 with the
 reason; a body over EXTENDER_MAX_BODY_BYTES gets 413; a body that does not arrive within
-EXTENDER_REQUEST_TIMEOUT gets 408 (with ``ignorable: true``, kube-scheduler then goes on without
+EXTENDER_REQUEST_TIMEOUT gets 408, and one that finds other calls holding the extender for all of
+that time 429 (with ``ignorable: true``, kube-scheduler then goes on without
 the extender). Once the body is read, the extender answers 200 whatever happens: when the time
 limit is already spent, or the placement fails or breaks its contract, filter passes every node
 and prioritize scores every node alike (an "Error" in a filter answer would fail the pod's
@@ -44,6 +45,7 @@ from typing import Any, Final, Protocol, TypeVar
 import structlog
 from aiohttp import web
 
+from joulie.api import json_body
 from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
@@ -57,9 +59,12 @@ from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, format_duration, split_ad
 log = structlog.get_logger("joulie.extender")
 _T = TypeVar("_T")
 
-MAX_BODIES_AT_ONCE: Final = 2
-"""Calls whose bodies are read and decided at once; memory for bodies stays under this many
-times EXTENDER_MAX_BODY_BYTES."""
+MAX_BODIES_AT_ONCE: Final = 1
+"""Calls whose bodies are read and decided at once. A body is held about three times while it is
+read (the bytes, the part decoded apart from the node names, the decoded values), so memory for
+bodies stays under about 3 x EXTENDER_MAX_BODY_BYTES plus one earlier body still being answered:
+four 100 MB bodies on four connections took the process from 74 to 486 MiB at most
+(bench.hostile); two at a time, each kept on its idle connection, had taken it to 788 MiB."""
 OFF_LOOP_BYTES: Final = 1024**2
 """Bodies from this size on are read on a thread (a 5,000-name body, 100 KB, takes about a
 millisecond on the loop; a thread's hand-off would cost more than it saves)."""
@@ -213,9 +218,9 @@ def extender_app(
     max_body = settings.extender_max_body_bytes
     failures = FailureLog(clock)
     lists = wire.NameLists()
-    # Bodies held at once: kube-scheduler sends one call at a time (filter, then prioritize),
-    # so a second only overlaps while a call it gave up on is finished. More wait their turn
-    # within their time limit: four 100 MB bodies at once had taken RSS to 640 MiB.
+    # Bodies held at once: kube-scheduler sends one call at a time (filter, then prioritize).
+    # The others wait their turn within their time limit: four 100 MB bodies at once had taken
+    # RSS to 640 MiB.
     admitted = asyncio.Semaphore(MAX_BODIES_AT_ONCE)
     # Large bodies are read on a thread of their own, so that the event loop (health probes,
     # informers, other calls) goes on meanwhile: a million names had held it for 4 s. One
@@ -255,11 +260,14 @@ def extender_app(
         try:
             remaining = None if within is None else max(within - (clock() - started), 0.0)
             async with asyncio.timeout(remaining):
-                return await request.read()
+                # Not request.read(): it keeps the body on the request, and aiohttp keeps the
+                # request until the connection's next one, so every idle keep-alive connection
+                # held its last body (four 100 MB calls on four connections: 754 MiB peak).
+                return await json_body.read_capped(request.content.iter_any(), max_body)
         except TimeoutError:
             reason = f"body not received within EXTENDER_REQUEST_TIMEOUT={format_duration(limit_s)}"
             raise _Refused(_text(408, Outcome.TIMEOUT, reason)) from None
-        except web.HTTPRequestEntityTooLarge:
+        except json_body.JsonBodyError:  # chunked, and past the limit
             raise _Refused(too_large()) from None
         except Exception as exc:  # the sender went away or broke its framing mid-body
             reason = f"body could not be read: {type(exc).__name__}: {exc}"
@@ -267,16 +275,17 @@ def extender_app(
 
     @asynccontextmanager
     async def turn(started: float) -> AsyncIterator[None]:
-        """Wait, within the time limit, until fewer than MAX_BODIES_AT_ONCE bodies are held."""
+        """Wait, within the time limit, until fewer than MAX_BODIES_AT_ONCE bodies are held;
+        429 (too many at once: never a 5xx to kube-scheduler) when no turn comes."""
         try:
             async with asyncio.timeout(max(limit_s - (clock() - started), 0.0)):
                 await admitted.acquire()
         except TimeoutError:
             reason = (
-                f"{MAX_BODIES_AT_ONCE} other calls held the extender for all of "
+                "other calls held the extender (it reads one at a time) for all of "
                 f"EXTENDER_REQUEST_TIMEOUT={format_duration(limit_s)}"
             )
-            raise _Refused(_text(503, Outcome.TIMEOUT, reason)) from None
+            raise _Refused(_text(429, Outcome.TIMEOUT, reason)) from None
         try:
             yield
         finally:

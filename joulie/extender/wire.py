@@ -198,7 +198,7 @@ def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
     top = quick_decode(head)
     if not isinstance(top, dict):
         return None
-    within_policy(top)  # the names are strings: only the rest can nest
+    within_policy(top, head)  # the names are strings: only the rest can nest
     listed = lists.find(array)
     if listed is None:
         value = quick_decode(array)

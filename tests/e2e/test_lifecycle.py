@@ -196,3 +196,34 @@ def test_the_circuit_breaker_stops_every_shutdown_while_half_the_nodes_are_not_r
         wait_until(lambda: not listed(cluster, case), 60, "the idle nodes to be removed")
     finally:
         manager.stop()
+
+
+def test_the_circuit_breaker_opens_when_every_one_of_three_nodes_is_not_ready(
+    cluster: LocalCluster,
+    kwok_delete_granted: None,
+    tmp_path: Path,
+) -> None:
+    # With at most 3 managed nodes NotReady the breaker never opened: 3 of 3 NotReady, all 3
+    # shutdowns were admitted.
+    case = "lifecycle-breaker-3"
+    broken = lifecycle_nodes(case, 3, kwok=False)
+    cluster.create_nodes(broken)
+    manager = Manager(cluster, tmp_path, case, LIFECYCLE_BUDGET_PCT="100")
+    try:
+        wait_until(
+            lambda: manager.sample("joulie_lifecycle_circuit_breaker_open") == 1,
+            30,
+            "the circuit breaker to open",
+        )
+        passes = manager.sample("joulie_lifecycle_passes_total")
+        wait_until(
+            lambda: manager.sample("joulie_lifecycle_passes_total") >= passes + 5,
+            30,
+            "five more lifecycle passes",
+        )
+        assert sorted(listed(cluster, case)) == sorted(names(broken))
+    finally:
+        manager.stop()
+        with cluster.api() as api:
+            for name in names(broken):
+                api.delete(f"/api/v1/nodes/{name}")

@@ -308,8 +308,8 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
 
 @pytest.mark.asyncio
 async def test_bodies_held_at_once_are_bounded() -> None:
-    # Four 100 MB bodies at once took RSS to 640 MiB: now two are read at a time; a third
-    # waits its turn within the time limit (503 if none comes).
+    # Four 100 MB bodies at once took RSS to 640 MiB: now one is read at a time; the next
+    # waits its turn within the time limit (429 if none comes).
     placement = FakePlacement()
     client = await start(placement)
     writers = []
@@ -324,7 +324,7 @@ async def test_bodies_held_at_once_are_bounded() -> None:
             writers.append(writer)
         third = asyncio.create_task(client.post("/filter", data=NAMES_BODY))
         await asyncio.sleep(0.5)
-        assert not third.done()  # its body is not read while two are held
+        assert not third.done()  # its body is not read while the others are
         assert placement.calls == []
         writers[0].close()  # one holder gives up: the third goes on
         async with await asyncio.wait_for(third, 1.0) as response:
