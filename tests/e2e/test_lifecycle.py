@@ -162,6 +162,21 @@ def test_idle_nodes_are_drained_and_deleted_within_the_limits(
         manager.stop()
 
 
+def breaker_open_for(manager: Manager, passes: int) -> None:
+    """Wait for the circuit breaker to open, then for ``passes`` more lifecycle passes."""
+    wait_until(
+        lambda: manager.sample("joulie_lifecycle_circuit_breaker_open") == 1,
+        30,
+        "the circuit breaker to open",
+    )
+    before = manager.sample("joulie_lifecycle_passes_total")
+    wait_until(
+        lambda: manager.sample("joulie_lifecycle_passes_total") >= before + passes,
+        30,
+        f"{passes} more lifecycle passes",
+    )
+
+
 def test_the_circuit_breaker_stops_every_shutdown_while_half_the_nodes_are_not_ready(
     cluster: LocalCluster,
     kwok_delete_granted: None,
@@ -174,17 +189,7 @@ def test_the_circuit_breaker_stops_every_shutdown_while_half_the_nodes_are_not_r
     cluster.create_nodes(broken)
     manager = Manager(cluster, tmp_path, case, LIFECYCLE_BUDGET_PCT="100")
     try:
-        wait_until(
-            lambda: manager.sample("joulie_lifecycle_circuit_breaker_open") == 1,
-            30,
-            "the circuit breaker to open",
-        )
-        passes = manager.sample("joulie_lifecycle_passes_total")
-        wait_until(
-            lambda: manager.sample("joulie_lifecycle_passes_total") >= passes + 10,
-            30,
-            "ten more lifecycle passes",
-        )
+        breaker_open_for(manager, passes=10)
         left = listed(cluster, case)
         assert sorted(left) == sorted(names(ready) + names(broken))
         assert all(untouched(n) for n in left.values())
@@ -210,17 +215,7 @@ def test_the_circuit_breaker_opens_when_every_one_of_three_nodes_is_not_ready(
     cluster.create_nodes(broken)
     manager = Manager(cluster, tmp_path, case, LIFECYCLE_BUDGET_PCT="100")
     try:
-        wait_until(
-            lambda: manager.sample("joulie_lifecycle_circuit_breaker_open") == 1,
-            30,
-            "the circuit breaker to open",
-        )
-        passes = manager.sample("joulie_lifecycle_passes_total")
-        wait_until(
-            lambda: manager.sample("joulie_lifecycle_passes_total") >= passes + 5,
-            30,
-            "five more lifecycle passes",
-        )
+        breaker_open_for(manager, passes=5)
         assert sorted(listed(cluster, case)) == sorted(names(broken))
     finally:
         manager.stop()

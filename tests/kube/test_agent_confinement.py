@@ -16,11 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from hack.cluster.runner import NAMESPACE, LocalCluster
 from joulie.api import keys
-from tests.support.tokens import pod_bound_token
+from tests.support.tokens import pod_bound_token, role_client, token_client
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kube
@@ -56,12 +55,7 @@ def agent_on_a(cluster: LocalCluster) -> Iterator[httpx.Client]:
                 },
             )
         token = pod_bound_token(api, "conf-agent", "conf-a", ttl_s=600)
-    client = httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
+    client = token_client(cluster, token)
     try:
         yield client
     finally:
@@ -145,14 +139,7 @@ def test_the_agent_writes_its_own_node_only(
 def test_a_token_bound_to_no_pod_writes_nothing(cluster: LocalCluster) -> None:
     with cluster.api() as api:
         api.post("/api/v1/nodes", json={"metadata": {"name": "conf-c"}})
-    kubeconfig = cluster.role_kubeconfig("agent")
-    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
-    with httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    ) as agent:
+    with role_client(cluster, "agent") as agent:
         refused = agent.patch(
             f"{HARDWARE}/conf-c", params=AGENT, headers=APPLY, json=hardware("conf-c")
         )
@@ -196,14 +183,7 @@ def pool_agent(cluster: LocalCluster) -> Iterator[httpx.Client]:
             }
             api.post(TWINS, json=twin).raise_for_status()
         api.post(HARDWARE, json=labelled(hardware(REAL), "false")).raise_for_status()
-    kubeconfig = yaml.safe_load(cluster.role_kubeconfig("agent-pool").read_text())
-    token = kubeconfig["users"][0]["user"]["token"]
-    client = httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
+    client = role_client(cluster, "agent-pool")
     try:
         yield client
     finally:

@@ -14,9 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 from prometheus_client import REGISTRY
 
 from hack.cluster.runner import LocalCluster
@@ -34,6 +32,7 @@ from tests.support.lifecycle_nodes import (
     tainted,
     untouched,
 )
+from tests.support.tokens import role_client
 from tests.support.waiting import eventually, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -431,14 +430,7 @@ def test_the_manager_may_delete_only_nodes_kwok_fakes(
     cluster.create_ready_nodes([fake])
     with cluster.api() as api:
         api.post("/api/v1/nodes", json=real).raise_for_status()  # no kubelet: never Ready
-    kubeconfig = yaml.safe_load(cluster.role_kubeconfig("manager").read_text())
-    token = kubeconfig["users"][0]["user"]["token"]
-    with httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    ) as as_manager:
+    with role_client(cluster, "manager") as as_manager:
         real_path = f"/api/v1/nodes/{real['metadata']['name']}"
         # Tried without effect (dryRun) until the API server has loaded the policy.
         wait_until(

@@ -12,9 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 from prometheus_client import REGISTRY
 
 from hack.cluster.nodes import node_manifest
@@ -24,6 +22,7 @@ from joulie.api.inventory import load_inventory
 from joulie.kube.client import KubeClient
 from joulie.manager.role import ManagerRole
 from joulie.manager.settings import ManagerSettings
+from tests.support.tokens import role_client
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -59,20 +58,13 @@ def reconciles() -> float:
 
 def publish_as_pool(cluster: LocalCluster, name: str) -> None:
     """What the pool agent does for a node: its NodeHardware, labelled simulated, then status."""
-    kubeconfig = yaml.safe_load(cluster.role_kubeconfig("agent-pool").read_text())
-    token = kubeconfig["users"][0]["user"]["token"]
     ident = {
         "apiVersion": keys.API_VERSION,
         "kind": keys.NODE_HARDWARE_KIND,
         "metadata": {"name": name, "labels": {keys.SIMULATED_LABEL: "true"}},
     }
     params = {"fieldManager": "joulie-agent", "force": "true"}
-    with httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    ) as pool:
+    with role_client(cluster, "agent-pool") as pool:
         pool.patch(
             f"{HARDWARE}/{name}",
             params=params,

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from hack.cluster.runner import NAMESPACE, LocalCluster
+from tests.support.tokens import role_client
 
 pytestmark = pytest.mark.kube
 
@@ -84,17 +85,6 @@ def can(
     )
     response.raise_for_status()
     return bool(response.json()["status"]["allowed"])
-
-
-def role_client(cluster: LocalCluster, role: str) -> httpx.Client:
-    config = yaml.safe_load(cluster.role_kubeconfig(role).read_text())
-    token = config["users"][0]["user"]["token"]
-    return httpx.Client(
-        base_url=cluster.server,
-        verify=cluster.ca_tls(),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
 
 
 @pytest.mark.parametrize("role", ["manager", "agent", "extender", "simulator"])

@@ -1,12 +1,30 @@
-"""Credentials as a DaemonSet agent's pod holds them: a token of ServiceAccount joulie-agent bound
-to a pod on a given node, which the API server stamps with the node's name (what the confinement
-policy reads)."""
+"""Credentials of Joulie's ServiceAccounts for tests against the local API server: a client
+holding a role's token, and a token as a DaemonSet agent's pod holds it (bound to a pod on a
+given node, which the API server stamps with the node's name: what the confinement policy
+reads)."""
 
 from __future__ import annotations
 
 import httpx
+import yaml
 
-from hack.cluster.runner import NAMESPACE
+from hack.cluster.runner import NAMESPACE, LocalCluster
+
+
+def token_client(cluster: LocalCluster, token: str) -> httpx.Client:
+    """An API client sending ``token`` (close it, or use it in a ``with``)."""
+    return httpx.Client(
+        base_url=cluster.server,
+        verify=cluster.ca_tls(),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+
+def role_client(cluster: LocalCluster, role: str) -> httpx.Client:
+    """An API client holding the token of ServiceAccount ``joulie-<role>``."""
+    config = yaml.safe_load(cluster.role_kubeconfig(role).read_text())
+    return token_client(cluster, config["users"][0]["user"]["token"])
 
 
 def pod_bound_token(
