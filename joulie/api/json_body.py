@@ -1,8 +1,8 @@
 """One policy for JSON that arrives from outside the process: bounded in bytes and in depth.
 
 Every HTTP body Joulie reads (the extender's calls, the simulator service's control requests,
-the answers of telemetry backends and of a shutdown webhook) goes through here, so a hostile
-sender meets the same limits everywhere:
+the answers of telemetry backends, Prometheus and a shutdown webhook) and every JSON setting
+goes through here, so a hostile sender meets the same limits everywhere:
 
 * at most ``max_bytes`` bytes, checked before anything is decoded;
 * decoded by orjson, in C and without Python recursion (a body it cannot read is refused with
@@ -31,8 +31,8 @@ __all__ = [
 ]
 
 MAX_DEPTH: Final = 254
-"""Deepest nesting accepted: the deepest orjson writes, so the check is one C call (a
-document it can write back is within the limit)."""
+"""Deepest nesting accepted: the deepest orjson writes, so a document with many objects is
+checked in one C call (one it can write back is within the limit)."""
 
 
 class JsonBodyError(ValueError):
