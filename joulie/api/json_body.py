@@ -1,8 +1,9 @@
 """One policy for JSON that arrives from outside the process: bounded in bytes and in depth.
 
-Every HTTP body Joulie reads (the extender's calls, the simulator service's control requests,
-the answers of telemetry backends, Prometheus and a shutdown webhook) and every JSON setting
-goes through here, so a hostile sender meets the same limits everywhere:
+Every JSON body Joulie reads (the extender's calls, the simulator service's control requests,
+the answers of telemetry backends and Prometheus) and every JSON setting goes through here, so a
+hostile sender meets the same limits everywhere (a shutdown webhook's answer is not decoded: only
+its first 4 KiB are read):
 
 * at most ``max_bytes`` bytes, checked before anything is decoded;
 * decoded by orjson, in C and without Python recursion (a body it cannot read is refused with
