@@ -422,7 +422,7 @@ async def test_a_pod_that_only_looks_like_system_work_keeps_its_node_on(
         assert untouched(node(cluster, owned))
 
 
-def test_the_manager_may_delete_only_nodes_kwok_fakes(
+async def test_the_manager_may_delete_only_nodes_kwok_fakes(
     cluster: LocalCluster, kwok_delete_granted: None
 ) -> None:
     # Its grant covered every Node: with it, a real Node (and every pod bound to it) could go.
