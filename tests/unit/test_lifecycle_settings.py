@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from joulie.api.lifecycle import default_matrix
+from joulie.manager.lifecycle.actuators import ACTUATORS
 from joulie.manager.lifecycle.settings import LifecycleMode, parse_windows
 from joulie.manager.settings import ManagerSettings
 
@@ -116,3 +117,17 @@ def test_the_manager_refuses_to_start_with_an_invalid_matrix(tmp_path: Path) -> 
     assert "LIFECYCLE_MATRIX_FILE" in result.stderr
     assert "action 'REBOOT' is unknown" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_every_registered_actuator_is_accepted_checked_and_documented() -> None:
+    # The names were kept in sync by hand in four places (an enum, a tuple, two texts).
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md").read_text()
+    for registered in ACTUATORS:
+        loaded = ManagerSettings.from_env(
+            {"LIFECYCLE_MODE": "enforce", "LIFECYCLE_ACTUATOR": registered.name}
+        )
+        assert loaded.settings.lifecycle_actuator == registered.name
+        assert "LIFECYCLE_ACTUATOR" not in {p.variable for p in loaded.problems}
+        assert f"| `{registered.name}` |" in guide
+    refused = problems(LIFECYCLE_MODE="enforce", LIFECYCLE_ACTUATOR="ipmi")
+    assert ", ".join(r.name for r in ACTUATORS) in refused["LIFECYCLE_ACTUATOR"]

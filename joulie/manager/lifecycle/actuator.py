@@ -7,12 +7,18 @@ restarted mid-shutdown calls it again with the same ``idempotency_key``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from joulie.api.lifecycle import Action, StateTuple
+
+if TYPE_CHECKING:
+    from joulie.kube.client import KubeClient
+    from joulie.kube.writes import Writer
+    from joulie.manager.lifecycle.settings import LifecycleSettings
+    from joulie.settings import Problem
 
 
 @dataclass(frozen=True)
@@ -60,3 +66,33 @@ class Actuator(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BuildArgs:
+    """What an actuator may be built from."""
+
+    client: KubeClient
+    writer: Writer
+    """The lifecycle's fenced writer: an actuator's writes stop when this process stops leading."""
+    settings: LifecycleSettings | None
+    """The LIFECYCLE_* settings (None: every default)."""
+
+
+def _no_problems(_: LifecycleSettings) -> list[Problem]:
+    return []
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One way of powering a node off, as LIFECYCLE_ACTUATOR names it: each actuator module
+    declares one, and ``joulie.manager.lifecycle.actuators.ACTUATORS`` lists them."""
+
+    name: str
+    """The value of LIFECYCLE_ACTUATOR."""
+    does: str
+    """What it does, in a few words (the settings reference and messages show it)."""
+    build: Callable[[BuildArgs], Actuator]
+    """The actuator; ValueError naming what is wrong for an unusable configuration."""
+    problems: Callable[[LifecycleSettings], list[Problem]] = _no_problems
+    """Start-up problems of the settings it reads, with LIFECYCLE_MODE=enforce."""

@@ -31,7 +31,13 @@ import structlog
 
 from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
 from joulie.kube.writes import Writer
-from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator import (
+    ActuatorResult,
+    BuildArgs,
+    Outcome,
+    Registration,
+    ShutdownRequest,
+)
 
 log = structlog.get_logger("joulie.manager")
 
@@ -286,3 +292,12 @@ def _check_same_node(machine: Mapping[str, Any], request: ShutdownRequest) -> No
             f"Machine {name} has providerID {provider_id or '(none)'}, the Node "
             f"{request.provider_id}"
         )
+
+
+def _build(args: BuildArgs) -> ClusterApiActuator:
+    return ClusterApiActuator(args.client, args.writer)
+
+
+REGISTRATION = Registration(
+    "cluster-api", "mark the node's Machine for deletion and scale its set down", _build
+)

@@ -14,7 +14,13 @@ import structlog
 from joulie.api.keys import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, kwok_node
 from joulie.kube.client import ApiError
 from joulie.kube.writes import Writer
-from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator import (
+    ActuatorResult,
+    BuildArgs,
+    Outcome,
+    Registration,
+    ShutdownRequest,
+)
 
 log = structlog.get_logger("joulie.manager")
 
@@ -69,3 +75,10 @@ class KwokActuator:
 
     async def close(self) -> None:
         """Nothing to release: the writer belongs to the caller."""
+
+
+def _build(args: BuildArgs) -> KwokActuator:
+    return KwokActuator(args.writer)
+
+
+REGISTRATION = Registration("kwok", "delete a KWOK node", _build)

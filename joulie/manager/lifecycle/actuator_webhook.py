@@ -53,13 +53,24 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 import httpx
 import structlog
 
 from joulie.kube.client import user_agent
-from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+from joulie.manager.lifecycle.actuator import (
+    ActuatorResult,
+    BuildArgs,
+    Outcome,
+    Registration,
+    ShutdownRequest,
+)
+
+if TYPE_CHECKING:
+    from joulie.manager.lifecycle.settings import LifecycleSettings
+    from joulie.settings import Problem
 
 log = structlog.get_logger("joulie.manager")
 
@@ -291,3 +302,53 @@ class _Answer:
             text = text[:_BODY_SHOWN] + "..."
         status = f"{self.status} {self.reason}".strip()
         return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
+def _build(args: BuildArgs) -> WebhookActuator:
+    settings = args.settings
+    if settings is None or not settings.lifecycle_webhook_url:
+        raise ValueError("the webhook actuator needs a URL to POST shutdowns to")
+    secret = b""
+    if settings.lifecycle_webhook_secret_file:
+        secret = Path(settings.lifecycle_webhook_secret_file).read_bytes().strip()
+    return WebhookActuator(
+        settings.lifecycle_webhook_url, secret, timeout_s=settings.lifecycle_webhook_timeout
+    )
+
+
+def _problems(settings: LifecycleSettings) -> list[Problem]:
+    problems = settings.url_problems(
+        "lifecycle_webhook_url", "LIFECYCLE_ACTUATOR=webhook", template=False
+    )
+    path = settings.lifecycle_webhook_secret_file
+    if not path:
+        return [
+            *problems,
+            settings.problem(
+                "lifecycle_webhook_secret_file",
+                "is required with LIFECYCLE_ACTUATOR=webhook (requests are signed)",
+                "the path of a file holding the signing key",
+            ),
+        ]
+    try:
+        with open(path, "rb") as secret:
+            readable = bool(secret.read().strip())
+    except OSError as exc:
+        readable = False
+        detail = f"cannot be read: {exc.strerror or exc}"
+    else:
+        detail = "holds no key"
+    if not readable:
+        problems.append(
+            settings.problem(
+                "lifecycle_webhook_secret_file",
+                detail,
+                "the path of a readable file holding the signing key",
+            )
+        )
+    return problems
+
+
+REGISTRATION = Registration(
+    "webhook", "POST a signed request to LIFECYCLE_WEBHOOK_URL", _build, _problems
+)

@@ -1,17 +1,43 @@
-"""The shutdown actuator chosen by name, as the lifecycle settings name it."""
+"""The shutdown actuators, by the name LIFECYCLE_ACTUATOR gives them.
+
+Adding one: a module with its actuator and its :class:`Registration` (name, what it does, how it
+is built, what of the settings it checks), and one entry in :data:`ACTUATORS`.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from joulie.kube.client import KubeClient
-from joulie.kube.writes import Writer
-from joulie.manager.lifecycle.actuator import Actuator
-from joulie.manager.lifecycle.actuator_capi import ClusterApiActuator
-from joulie.manager.lifecycle.actuator_kwok import KwokActuator
-from joulie.manager.lifecycle.actuator_webhook import WebhookActuator
+from joulie.manager.lifecycle import actuator_capi, actuator_kwok, actuator_webhook
+from joulie.manager.lifecycle.actuator import Actuator, BuildArgs, Registration
 
-ACTUATOR_KINDS: Final = ("kwok", "webhook", "cluster-api")
+if TYPE_CHECKING:
+    from joulie.kube.client import KubeClient
+    from joulie.kube.writes import Writer
+    from joulie.manager.lifecycle.settings import LifecycleSettings
+
+ACTUATORS: Final[tuple[Registration, ...]] = (
+    actuator_kwok.REGISTRATION,
+    actuator_webhook.REGISTRATION,
+    actuator_capi.REGISTRATION,
+)
+
+ACTUATOR_KINDS: Final = tuple(r.name for r in ACTUATORS)
+
+
+def registration(kind: str) -> Registration:
+    """The actuator named ``kind``; ValueError naming the accepted ones otherwise."""
+    for entry in ACTUATORS:
+        if entry.name == kind:
+            return entry
+    raise ValueError(
+        f"unknown shutdown actuator {kind!r}: accepted are {', '.join(ACTUATOR_KINDS)}"
+    )
+
+
+def described() -> str:
+    """Every actuator and what it does, for the settings reference."""
+    return "; ".join(f"{r.name} ({r.does})" for r in ACTUATORS)
 
 
 def build_actuator(
@@ -19,32 +45,8 @@ def build_actuator(
     *,
     client: KubeClient,
     writer: Writer,
-    webhook_url: str = "",
-    webhook_secret: bytes = b"",
-    webhook_timeout_s: float = 10.0,
-    webhook_max_attempts: int = 5,
-    webhook_base_delay_s: float = 1.0,
-    webhook_max_delay_s: float = 60.0,
+    settings: LifecycleSettings | None = None,
 ) -> Actuator:
     """The actuator of ``kind``; ValueError naming what is accepted for an unknown kind or an
-    unusable webhook configuration (the webhook settings are read only for "webhook")."""
-    match kind:
-        case "kwok":
-            return KwokActuator(writer)
-        case "cluster-api":
-            return ClusterApiActuator(client, writer)
-        case "webhook":
-            if not webhook_url:
-                raise ValueError("the webhook actuator needs a URL to POST shutdowns to")
-            return WebhookActuator(
-                webhook_url,
-                webhook_secret,
-                timeout_s=webhook_timeout_s,
-                max_attempts=webhook_max_attempts,
-                base_delay_s=webhook_base_delay_s,
-                max_delay_s=webhook_max_delay_s,
-            )
-        case _:
-            raise ValueError(
-                f"unknown shutdown actuator {kind!r}: accepted are {', '.join(ACTUATOR_KINDS)}"
-            )
+    unusable configuration."""
+    return registration(kind).build(BuildArgs(client, writer, settings))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 from joulie.api.lifecycle import load_matrix
 from joulie.kube.client import KubeClient
@@ -42,16 +41,8 @@ def build_lifecycle(
     enforce = settings.lifecycle_mode is LifecycleMode.ENFORCE
     actuator = None
     if enforce:
-        secret = b""
-        if settings.lifecycle_webhook_secret_file:
-            secret = Path(settings.lifecycle_webhook_secret_file).read_bytes().strip()
         actuator = build_actuator(
-            settings.lifecycle_actuator.value,
-            client=client,
-            writer=writer,
-            webhook_url=settings.lifecycle_webhook_url,
-            webhook_secret=secret,
-            webhook_timeout_s=settings.lifecycle_webhook_timeout,
+            settings.lifecycle_actuator, client=client, writer=writer, settings=settings
         )
     controller = LifecycleController(
         cache=cache,

@@ -6,11 +6,12 @@ from enum import StrEnum
 from typing import Annotated
 
 import annotated_types as at
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from joulie.api.lifecycle import MatrixError, load_matrix
 from joulie.core.lifecycle import LifecycleConfig
 from joulie.core.lifecycle_limits import Limits
+from joulie.manager.lifecycle import actuators
 from joulie.settings import Accepts, Duration, EnvSettings, Problem, parse_duration
 
 DurationOrZero = Annotated[float, BeforeValidator(parse_duration), at.Ge(0)]
@@ -26,11 +27,10 @@ class LifecycleMode(StrEnum):
     ENFORCE = "enforce"
 
 
-class ActuatorKind(StrEnum):
-    NONE = ""
-    KWOK = "kwok"
-    WEBHOOK = "webhook"
-    CLUSTER_API = "cluster-api"
+def _known_actuator(value: str) -> str:
+    if value:
+        actuators.registration(value)  # ValueError naming the accepted ones
+    return value
 
 
 def parse_windows(text: str) -> tuple[tuple[float, float], ...]:
@@ -66,9 +66,11 @@ class LifecycleSettings(EnvSettings):
     """A policy matrix file replacing the built-in one (checked at start-up to decide every
     tuple); `joulie lifecycle matrix` prints the one in effect."""
     lifecycle_actuator: Annotated[
-        ActuatorKind, Accepts("kwok, webhook or cluster-api (required with enforce)")
-    ] = ActuatorKind.NONE
-    """How a node is powered off: kwok (delete a KWOK node), webhook or cluster-api."""
+        str,
+        AfterValidator(_known_actuator),
+        Accepts(f"{actuators.described()}; required with enforce"),
+    ] = ""
+    """How a node is powered off with LIFECYCLE_MODE=enforce."""
     lifecycle_webhook_url: str = ""
     """LIFECYCLE_ACTUATOR=webhook: the URL each shutdown is POSTed to."""
     lifecycle_webhook_secret_file: str = ""
@@ -159,41 +161,14 @@ class LifecycleSettings(EnvSettings):
                 )
             )
         if self.lifecycle_mode is LifecycleMode.ENFORCE:
-            if self.lifecycle_actuator is ActuatorKind.NONE:
+            if not self.lifecycle_actuator:
                 problems.append(
                     self.problem(
                         "lifecycle_actuator",
                         "is required with LIFECYCLE_MODE=enforce",
-                        "kwok, webhook or cluster-api",
+                        ", ".join(actuators.ACTUATOR_KINDS),
                     )
                 )
-            if self.lifecycle_actuator is ActuatorKind.WEBHOOK:
-                problems += self.url_problems(
-                    "lifecycle_webhook_url", "LIFECYCLE_ACTUATOR=webhook", template=False
-                )
-                if self.lifecycle_webhook_secret_file:
-                    try:
-                        with open(self.lifecycle_webhook_secret_file, "rb") as secret:
-                            readable = bool(secret.read().strip())
-                    except OSError as exc:
-                        readable = False
-                        detail = f"cannot be read: {exc.strerror or exc}"
-                    else:
-                        detail = "holds no key"
-                    if not readable:
-                        problems.append(
-                            self.problem(
-                                "lifecycle_webhook_secret_file",
-                                detail,
-                                "the path of a readable file holding the signing key",
-                            )
-                        )
-                else:
-                    problems.append(
-                        self.problem(
-                            "lifecycle_webhook_secret_file",
-                            "is required with LIFECYCLE_ACTUATOR=webhook (requests are signed)",
-                            "the path of a file holding the signing key",
-                        )
-                    )
+            else:
+                problems += actuators.registration(self.lifecycle_actuator).problems(self)
         return problems
