@@ -22,7 +22,7 @@ from joulie.api import keys
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.twin import UNMANAGED_SOURCE
 from joulie.kube.client import ApiError, KubeClient
-from joulie.kube.informer import Handlers, Informer
+from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.ownership import Observed, OwnedObject, observe, owned_projection
 from joulie.kube.projections import SlimNode, node_projection
 
@@ -76,7 +76,7 @@ def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinIntent]:
     return project
 
 
-class AgentCache:
+class AgentCache(InformerBundle):
     """``on_change(node)`` is called, synchronously, when something the agent acts on changed
     for that node."""
 
@@ -115,14 +115,6 @@ class AgentCache:
             )
         )
 
-    @property
-    def synced(self) -> bool:
-        return all(i.has_synced for i in self.informers)
-
-    async def wait_synced(self) -> None:
-        for informer in self.informers:
-            await informer.wait_synced()
-
     def _twin_added(self, twin: TwinIntent) -> None:
         _report(None, twin)
         self._on_change(twin.name)
@@ -133,7 +125,7 @@ class AgentCache:
             self._on_change(new.name)
 
 
-class OwnNodeCache:
+class OwnNodeCache(InformerBundle):
     """The NodeTwin and NodeHardware named after one node. ``on_change()`` is called when the
     twin's intent changes (its spec, its validity, whether it is still planned)."""
 
@@ -169,10 +161,6 @@ class OwnNodeCache:
                 on_delete=lambda _: on_change(),
             )
         )
-
-    @property
-    def synced(self) -> bool:
-        return all(i.has_synced for i in self.informers)
 
     @property
     def twin(self) -> TwinIntent | None:

@@ -117,9 +117,7 @@ class DaemonRole:
                 started=started,
             )
             agent_ref.append(agent)
-            tasks: list[asyncio.Task[Any]] = [
-                asyncio.create_task(i.run(stopping)) for i in cache.informers
-            ]
+            tasks: list[asyncio.Task[Any]] = cache.start(stopping)
             try:
                 await agent.run(stopping)  # restores before it returns
             finally:

@@ -83,9 +83,7 @@ class PoolRole:
             governor_writes=settings.governor_writes,
             heartbeat_s=settings.heartbeat_interval,
         )
-        tasks: list[asyncio.Task[Any]] = [
-            asyncio.create_task(i.run(stopping)) for i in cache.informers
-        ]
+        tasks: list[asyncio.Task[Any]] = cache.start(stopping)
 
         pending: set[str] = set()
         """The nodes of the current pass not yet synced."""

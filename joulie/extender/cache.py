@@ -25,7 +25,7 @@ from joulie.core.scoring import node_terms
 from joulie.core.twin import lease_is_current, measurement_failed
 from joulie.extender.groups import GroupCache
 from joulie.kube.client import KubeClient
-from joulie.kube.informer import Handlers, Informer
+from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.lease_watch import LeaseWatch
 
 log = structlog.get_logger("joulie.extender")
@@ -93,7 +93,7 @@ def hardware_view(raw: Mapping[str, Any]) -> HardwareView:
         return HardwareView(name, None, _problem(exc))
 
 
-class ExtenderCache:
+class ExtenderCache(InformerBundle):
     """Watches and the score table they keep current."""
 
     def __init__(
@@ -124,10 +124,6 @@ class ExtenderCache:
                     on_delete=changed,
                 )
             )
-
-    @property
-    def synced(self) -> bool:
-        return all(i.has_synced for i in self.informers)
 
     def manager_alive(self, now: float) -> bool:
         """The manager's Lease is renewed within its duration (then twins can be trusted)."""

@@ -101,7 +101,7 @@ class ExtenderRole:
             if client is not None:
                 groups = GroupCache(client, await _podgroups_served(client))
                 cache = self.cache = ExtenderCache(client, self.settings.pod_namespace, groups)
-                tasks = [asyncio.create_task(i.run(stopping)) for i in cache.informers]
+                tasks = cache.start(stopping)
                 self.placement.current = CachePlacement(cache)
             await server  # until stopping (or the address cannot be bound: that ends the role)
         finally:

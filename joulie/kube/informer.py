@@ -419,3 +419,23 @@ def _safe_key(raw: Any) -> str | None:
         return object_key(raw)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+class InformerBundle:
+    """Informers that run, sync and report together: a role's caches subclass it and set
+    ``informers``; a few informers of their own make one directly."""
+
+    def __init__(self, *informers: Informer[Any]) -> None:
+        self.informers: list[Informer[Any]] = list(informers)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.wait_synced()
+
+    def start(self, stopping: asyncio.Event) -> list[asyncio.Task[None]]:
+        """Run every informer until ``stopping`` is set; the tasks to gather at the end."""
+        return [asyncio.create_task(i.run(stopping)) for i in self.informers]

@@ -26,7 +26,7 @@ from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.intents import is_active_performance_pod, is_running_pod, uses_multi_gpu
 from joulie.kube.client import KubeClient
-from joulie.kube.informer import Handlers, Informer
+from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.ownership import OwnedObject, owned_projection
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
 from joulie.manager.metrics import TRIGGERS
@@ -226,7 +226,7 @@ def _planning_labels(node: SlimNode) -> dict[str, str]:
     return {k: v for k, v in node.labels.items() if k != keys.POWER_PROFILE_LABEL}
 
 
-class ClusterCache:
+class ClusterCache(InformerBundle):
     """The informers, their indexes, and the triggers (``on_change`` is called, synchronously,
     when something a decision reads has changed)."""
 
@@ -282,14 +282,6 @@ class ClusterCache:
                 on_delete=self._hardware_deleted,
             )
         )
-
-    @property
-    def synced(self) -> bool:
-        return all(i.has_synced for i in self.informers)
-
-    async def wait_synced(self) -> None:
-        for informer in self.informers:
-            await informer.wait_synced()
 
     # --- look-ups ---------------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class ManagerRole:
     ) -> list[asyncio.Task[None]]:
         """Start the informers only (no election, no writes) and wait until they synced."""
         cache = self._build_cache(client)
-        tasks = [asyncio.create_task(i.run(stopping)) for i in cache.informers]
+        tasks = cache.start(stopping)
         await cache.wait_synced()
         return tasks
 

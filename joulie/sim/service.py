@@ -11,7 +11,6 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -27,7 +26,7 @@ from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
 from joulie.kube.connection import ClusterConnector
-from joulie.kube.informer import Handlers, Informer
+from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.projections import (
     SlimNode,
     SlimPod,
@@ -245,11 +244,12 @@ class SimulatorRole:
         await runner.setup()
         host, port = split_address(settings.sim_addr)
         site = web.TCPSite(runner, host or None, port)
-        tasks = [asyncio.create_task(i.run(stopping)) for i in (nodes, pods)]
+        informers = InformerBundle(nodes, pods)
+        tasks = informers.start(stopping)
         try:
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            synced = asyncio.ensure_future(self._synced(pods, nodes))
+            synced = asyncio.ensure_future(informers.wait_synced())
             stop = asyncio.create_task(stopping.wait())
             await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
             if synced.done():
@@ -265,11 +265,6 @@ class SimulatorRole:
             self._registry.unregister(collector)
             if self._client is None:
                 await client.close()
-
-    @staticmethod
-    async def _synced(*informers: Informer[Any]) -> None:
-        for informer in informers:
-            await informer.wait_synced()
 
 
 def build(settings: SimulatorSettings) -> SimulatorRole:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from joulie.api import keys
 from joulie.core.twin import lease_is_current
 from joulie.kube.client import KubeClient
-from joulie.kube.informer import Informer
+from joulie.kube.informer import Informer, InformerBundle
 from joulie.kube.lease_watch import LeaseWatch
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
 from joulie.status.report import Report, build, table
@@ -30,7 +30,7 @@ UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 CLEAR = "\x1b[H\x1b[2J"
 
 
-class StatusCaches:
+class StatusCaches(InformerBundle):
     """The four informers the report reads."""
 
     def __init__(self, client: KubeClient, manager_namespace: str) -> None:
@@ -49,9 +49,6 @@ class StatusCaches:
             self.pods,
             self.manager_lease.informer,
         ]
-
-    async def synced(self) -> None:
-        await asyncio.gather(*(i.wait_synced() for i in self.informers))
 
     def report(self, now: float) -> Report:
         lease = self.manager_lease.view()
@@ -82,10 +79,14 @@ async def show(
     stopping = asyncio.Event()
     async with await connect(args.kubeconfig, timeout=args.timeout) as client:
         caches = StatusCaches(client, args.manager_namespace)
-        tasks = [asyncio.create_task(i.run(stopping)) for i in caches.informers]
+        tasks = caches.start(stopping)
         try:
             await wait_synced(
-                caches.synced(), lambda: caches.informers, client.source, client.host, args.timeout
+                caches.wait_synced(),
+                lambda: caches.informers,
+                client.source,
+                client.host,
+                args.timeout,
             )
             while True:
                 text = render(caches.report(clock()), args.output)
