@@ -24,7 +24,7 @@ from joulie.agent.settings import AgentSettings
 from joulie.agent.sysfs import Sysfs
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
+from joulie.kube.connection import RoleConnection
 from joulie.kube.writes import Writer
 
 log = structlog.get_logger("joulie.agent")
@@ -52,8 +52,7 @@ class DaemonRole:
 
     def __init__(self, settings: AgentSettings, client: KubeClient | None = None) -> None:
         self.settings = settings
-        self._client = client
-        self._connector = ClusterConnector()
+        self._connection = RoleConnection(client)
         self.agent: DaemonAgent | None = None
         self.host: HostNode | None = None
 
@@ -62,7 +61,7 @@ class DaemonRole:
 
     def status(self) -> str:
         if self.agent is None:
-            return self._connector.status() if self._client is None else "starting"
+            return self._connection.status()
         if self.agent.stale:
             return "NodeTwin unreadable: node's own settings restored"
         return f"node {self.settings.node_name}: {self.agent.passes} passes"
@@ -92,9 +91,8 @@ class DaemonRole:
         host = self.host = await asyncio.to_thread(self._host)
         if settings.simulate_only:
             log.info("SIMULATE_ONLY: nothing will be written to the hardware")
-        client: KubeClient | None = None
         try:
-            client = self._client or await self._connect(stopping, host)
+            client = await self._connect(stopping, host)
             if client is None:
                 return
             idle = min(WATCH_IDLE_MAX_S, settings.spec_read_timeout / 3)
@@ -126,20 +124,19 @@ class DaemonRole:
             if self.agent is None:
                 await asyncio.to_thread(host.restore_all)
                 await asyncio.to_thread(host.close)
-            if client is not None and self._client is None:
-                await client.close()
+            await self._connection.close()
 
     async def _connect(self, stopping: asyncio.Event, host: HostNode) -> KubeClient | None:
         """Connect; if that takes longer than SPEC_READ_TIMEOUT, restore the node's own settings
         meanwhile (a previous agent's values may be in force for a spec no one can read)."""
-        connecting = asyncio.create_task(self._connector.connect(stopping))
+        connecting = asyncio.create_task(self._connection.open(stopping))
         done, _ = await asyncio.wait({connecting}, timeout=self.settings.spec_read_timeout)
         if not done:
             log.warning(
                 "API server unreachable for longer than SPEC_READ_TIMEOUT: restoring the node's "
                 "own settings until it answers",
                 node=self.settings.node_name,
-                problem=self._connector.problem,
+                problem=self._connection.problem,
             )
             await asyncio.to_thread(host.restore_all)
         return await connecting

@@ -25,7 +25,7 @@ from joulie.agent.settings import AgentSettings
 from joulie.agent.sharding import ordinal
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
+from joulie.kube.connection import RoleConnection
 from joulie.kube.workqueue import WorkQueue, run_workers
 from joulie.kube.writes import Writer
 
@@ -41,8 +41,7 @@ class PoolRole:
 
     def __init__(self, settings: AgentSettings, client: KubeClient | None = None) -> None:
         self.settings = settings
-        self._client = client
-        self._connector = ClusterConnector()
+        self._connection = RoleConnection(client)
         self._cache: AgentCache | None = None
         self._failing: dict[str, str] = {}
         self.passes = 0
@@ -52,7 +51,7 @@ class PoolRole:
 
     def status(self) -> str:
         if self._cache is None:
-            return self._connector.status() if self._client is None else "starting"
+            return self._connection.status()
         return f"pool shard {self._shard()} of {self.settings.pool_shards}"
 
     def _shard(self) -> int:
@@ -62,7 +61,7 @@ class PoolRole:
 
     async def run(self, stopping: asyncio.Event) -> None:
         settings = self.settings
-        client = self._client or await self._connector.connect(stopping)
+        client = await self._connection.open(stopping)
         if client is None:
             return
         queue: WorkQueue[str] = WorkQueue("joulie-agent")
@@ -129,5 +128,4 @@ class PoolRole:
         finally:
             await asyncio.gather(*tasks, return_exceptions=True)
             await backend.close()
-            if self._client is None:
-                await client.close()
+            await self._connection.close()

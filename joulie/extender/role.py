@@ -22,7 +22,7 @@ from joulie.extender.server import extender_app, serve
 from joulie.extender.settings import ExtenderSettings
 from joulie.extender.wire import Scores
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
+from joulie.kube.connection import RoleConnection
 
 log = structlog.get_logger("joulie.extender")
 
@@ -76,8 +76,7 @@ class ExtenderRole:
 
     def __init__(self, settings: ExtenderSettings, client: KubeClient | None = None) -> None:
         self.settings = settings
-        self._client = client
-        self._connector = ClusterConnector()
+        self._connection = RoleConnection(client)
         self.placement = _Switch()
         self.cache: ExtenderCache | None = None
 
@@ -86,7 +85,7 @@ class ExtenderRole:
 
     def status(self) -> str:
         if self.cache is None:
-            return self._connector.status() if self._client is None else "starting"
+            return self._connection.status()
         if not self.cache.synced:
             return "syncing the NodeTwin, NodeHardware, Lease, Pod and PodGroup caches"
         return f"{len(self.cache.table)} nodes with twins"
@@ -94,10 +93,9 @@ class ExtenderRole:
     async def run(self, stopping: asyncio.Event) -> None:
         app = extender_app(self.placement, self.settings)
         server = asyncio.create_task(serve(app, self.settings, stopping))
-        client: KubeClient | None = None
         tasks: list[asyncio.Task[Any]] = []
         try:
-            client = self._client or await self._connector.connect(stopping)
+            client = await self._connection.open(stopping)
             if client is not None:
                 groups = GroupCache(client, await _podgroups_served(client))
                 cache = self.cache = ExtenderCache(client, self.settings.pod_namespace, groups)
@@ -108,8 +106,7 @@ class ExtenderRole:
             if not server.done():
                 server.cancel()
             await asyncio.gather(server, *tasks, return_exceptions=True)
-            if client is not None and self._client is None:
-                await client.close()
+            await self._connection.close()
 
 
 async def _podgroups_served(client: KubeClient) -> bool:

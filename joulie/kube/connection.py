@@ -317,6 +317,38 @@ class ClusterConnector:
         return None
 
 
+class RoleConnection:
+    """A long-running role's client: the one it was handed (a test's, left open) or one it
+    connects itself, retrying until the server answers, and closes when the role ends."""
+
+    def __init__(self, given: KubeClient | None = None) -> None:
+        self._given = given
+        self._connector = ClusterConnector()
+        self._opened: KubeClient | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why it is not connected yet (None while it is, or was handed a client)."""
+        return self._connector.problem
+
+    def status(self) -> str:
+        """For /readyz before the role has anything of its own to say."""
+        return self._connector.status() if self._given is None else "starting"
+
+    async def open(self, stopping: asyncio.Event) -> KubeClient | None:
+        """The client; None when ``stopping`` was set before the cluster answered."""
+        if self._given is not None:
+            return self._given
+        self._opened = await self._connector.connect(stopping)
+        return self._opened
+
+    async def close(self) -> None:
+        """Close the client if this connected it (a handed one is its owner's to close)."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            await opened.close()
+
+
 async def _until(stopping: asyncio.Event, work: Any) -> KubeClient | None:
     """``work``'s client, or None (the attempt abandoned) when ``stopping`` is set first."""
     task: asyncio.Task[KubeClient] = asyncio.ensure_future(work)

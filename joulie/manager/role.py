@@ -25,7 +25,7 @@ from typing import Any
 from joulie.api import keys
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
+from joulie.kube.connection import RoleConnection
 from joulie.kube.events import EventRecorder
 from joulie.kube.informer import Informer
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector, default_identity
@@ -61,8 +61,7 @@ class ManagerRole:
         """``client``: an open client to use (else one is connected in :meth:`run`);
         ``wall_clock``: the time decisions are made at (tests move it)."""
         self.settings = settings
-        self._client = client
-        self._connector = ClusterConnector()
+        self._connection = RoleConnection(client)
         self._wall_clock = wall_clock
         self._namespace = os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
         self._cache: ClusterCache | None = None
@@ -86,7 +85,7 @@ class ManagerRole:
     def status(self) -> str:
         if self._elector is not None:
             return self._elector.status()
-        return self._connector.status() if self._client is None else "starting"
+        return self._connection.status()
 
     @property
     def informers(self) -> list[Informer[Any]]:
@@ -132,7 +131,7 @@ class ManagerRole:
         return self._planner.planned()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        client = self._client or await self._connector.connect(stopping)
+        client = await self._connection.open(stopping)
         if client is None:  # stopped before the cluster answered
             return
         settings = self.settings
@@ -191,8 +190,7 @@ class ManagerRole:
             await power.close()
             if self.lifecycle is not None:
                 await self.lifecycle.close()
-            if self._client is None:
-                await client.close()
+            await self._connection.close()
 
     async def _lead(self) -> None:
         """The term's work: the reconcile loop and, beside it, the node lifecycle. Both end

@@ -25,7 +25,7 @@ from joulie.api.gpu import pod_gpu_count
 from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
-from joulie.kube.connection import ClusterConnector
+from joulie.kube.connection import RoleConnection
 from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.projections import (
     SlimNode,
@@ -166,10 +166,9 @@ class SimulatorRole:
     ) -> None:
         self.settings = settings
         self._registry = registry
-        self._client = client
+        self._connection = RoleConnection(client)
         self._ready = False
         self.port: int | None = None
-        self._connector = ClusterConnector()
 
     def is_ready(self) -> bool:
         return self._ready
@@ -178,12 +177,12 @@ class SimulatorRole:
         """Why it is not ready yet, while the cluster has not answered (for /readyz)."""
         if self._ready:
             return "serving"
-        return self._connector.status() if self._client is None else "starting"
+        return self._connection.status()
 
     async def run(self, stopping: asyncio.Event) -> None:
         settings = self.settings
         catalog = Catalog.load(settings.hardware_catalog_path or None)
-        client = self._client or await self._connector.connect(stopping)
+        client = await self._connection.open(stopping)
         if client is None:  # stopped before the cluster answered
             return
         clock = SimClock(settings.sim_time_scale)
@@ -263,8 +262,7 @@ class SimulatorRole:
             await asyncio.gather(*tasks, return_exceptions=True)
             await runner.cleanup()
             self._registry.unregister(collector)
-            if self._client is None:
-                await client.close()
+            await self._connection.close()
 
 
 def build(settings: SimulatorSettings) -> SimulatorRole:
