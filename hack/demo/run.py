@@ -181,9 +181,9 @@ class Demo:
                 )
             )
             stopping = asyncio.Event()
-            tasks = [asyncio.create_task(i.run(stopping)) for i in caches.informers]
+            tasks = caches.start(stopping)
             try:
-                await caches.synced()
+                await caches.wait_synced()
                 return await self._drive(client, caches)
             finally:
                 stopping.set()
