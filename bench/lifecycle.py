@@ -82,8 +82,8 @@ def main() -> None:
 
     import logging
 
-    from joulie.logs import configure_logging
-    from joulie.process_settings import LogFormat, LogLevel
+    from joulie.process.logs import configure_logging
+    from joulie.process.settings import LogFormat, LogLevel
 
     configure_logging(LogFormat.JSON, LogLevel.WARNING)
     logging.getLogger().setLevel(logging.WARNING)

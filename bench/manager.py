@@ -12,8 +12,9 @@ constant demand, should write nothing. ``--profile N`` prints the top N cProfile
 steady-state passes.
 
 ``--gc policy`` (the default) installs the runtime's garbage-collector policy, as the process
-would (``joulie.gc_policy``); ``--gc freeze`` only its freeze after large lists, ``--gc threshold``
-only its young-generation threshold, and ``--gc default`` leaves CPython's collector as it is.
+would (``joulie.process.gc_policy``); ``--gc freeze`` only its freeze after large lists,
+``--gc threshold`` only its young-generation threshold, and ``--gc default`` leaves CPython's
+collector as it is.
 Every collection during the steady passes is timed either way. ``--tracemalloc N`` traces
 allocations (slow: figures of time are then meaningless) and prints the N files holding the most
 memory after sync and after the first pass.
@@ -135,10 +136,10 @@ class Timed:
 async def measure(
     kubeconfig: str, reconciles: int, profile_top: int, gc_mode: str, trace_top: int
 ) -> dict[str, Any]:
-    from joulie.gc_policy import DEFAULT_YOUNG_THRESHOLD, GcPolicy
     from joulie.kube.client import KubeClient
     from joulie.manager.role import ManagerRole
     from joulie.manager.settings import ManagerSettings
+    from joulie.process.gc_policy import DEFAULT_YOUNG_THRESHOLD, GcPolicy
 
     os.environ["POD_NAMESPACE"] = "default"
     loaded = ManagerSettings.from_env(
@@ -265,8 +266,8 @@ def main() -> None:
 
     import logging
 
-    from joulie.logs import configure_logging
-    from joulie.process_settings import LogFormat, LogLevel
+    from joulie.process.logs import configure_logging
+    from joulie.process.settings import LogFormat, LogLevel
 
     configure_logging(LogFormat.JSON, LogLevel.WARNING)
     logging.getLogger().setLevel(logging.WARNING)

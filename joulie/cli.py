@@ -13,8 +13,8 @@ from typing import Any
 
 from joulie import __version__
 from joulie.api.enums import PolicyType
-from joulie.process_settings import ProcessSettings
-from joulie.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
+from joulie.process.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
+from joulie.process.settings import ProcessSettings
 from joulie.settings import Loaded, Source, describe_value
 
 # Heavier modules (the CRD generator, logging, the runtime) are imported by the subcommands that
@@ -245,9 +245,9 @@ def _plan(args: argparse.Namespace) -> int:
         import asyncio
 
         from joulie.kube.connection import ClusterError
-        from joulie.logs import configure_logging
         from joulie.manager.plan import live
-        from joulie.process_settings import LogFormat, LogLevel
+        from joulie.process.logs import configure_logging
+        from joulie.process.settings import LogFormat, LogLevel
 
         # Standard output carries the plan; the informers' log lines go to standard error.
         configure_logging(LogFormat.AUTO, LogLevel.WARNING, stream=sys.stderr)
@@ -313,7 +313,7 @@ def _run_roles(roles_text: str) -> int:
         return EXIT_CONFIG
     import structlog
 
-    from joulie.logs import configure_logging
+    from joulie.process.logs import configure_logging
 
     process = loaded[0].settings
     assert isinstance(process, ProcessSettings)
@@ -333,7 +333,7 @@ def _run_roles(roles_text: str) -> int:
         )
         return 1
 
-    from joulie.runtime import run
+    from joulie.process.runtime import run
 
     try:
         roles = [spec.build(item.settings) for spec, item in zip(specs, loaded[1:], strict=True)]

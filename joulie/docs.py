@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from joulie.process_settings import ProcessSettings
-from joulie.roles import ROLES
+from joulie.process.roles import ROLES
+from joulie.process.settings import ProcessSettings
 from joulie.settings import (
     EMPTY_IS_VALUE,
     ROLE_DEFAULT,

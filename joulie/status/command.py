@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from joulie.kube.connection import ClusterError
-    from joulie.logs import configure_logging
-    from joulie.process_settings import LogFormat, LogLevel
+    from joulie.process.logs import configure_logging
+    from joulie.process.settings import LogFormat, LogLevel
 
     if not args.interval > 0 or not args.timeout > 0:
         print("joulie: --interval and --timeout must be more than 0 seconds", file=sys.stderr)

@@ -28,7 +28,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from hack.cluster.runner import NAMESPACE, REPO, LocalCluster
 from joulie.kube.client import KubeClient
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector
-from joulie.runtime import health_app
+from joulie.process.runtime import health_app
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kube

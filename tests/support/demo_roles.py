@@ -13,9 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from joulie.logs import configure_logging
-from joulie.process_settings import ProcessSettings
-from joulie.runtime import run
+from joulie.process.logs import configure_logging
+from joulie.process.runtime import run
+from joulie.process.settings import ProcessSettings
 
 
 class DemoRole:

@@ -20,8 +20,8 @@ from pathlib import Path
 from hack.cluster.runner import NAMESPACE
 from joulie.kube.client import KubeClient
 from joulie.kube.leader import LeaderElectionConfig, LeaderElector
-from joulie.logs import configure_logging
-from joulie.process_settings import LogFormat, LogLevel
+from joulie.process.logs import configure_logging
+from joulie.process.settings import LogFormat, LogLevel
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

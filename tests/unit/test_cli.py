@@ -14,7 +14,7 @@ from joulie import __version__
 from joulie.agent.settings import AgentSettings
 from joulie.api.crd import ALL_CRDS, crd_manifest
 from joulie.manager.settings import ManagerSettings
-from joulie.process_settings import ProcessSettings
+from joulie.process.settings import ProcessSettings
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
 

@@ -24,7 +24,7 @@ from prometheus_client.metrics_core import Metric
 
 from joulie.hardware.catalog import Catalog
 from joulie.kube.workqueue import WorkQueue
-from joulie.roles import ROLES
+from joulie.process.roles import ROLES
 from joulie.sim.service import SimulationCollector
 from joulie.sim.simulation import Simulation
 
@@ -138,7 +138,7 @@ def exported_names() -> frozenset[str]:
     for spec in ROLES.values():
         assert spec.implementation, spec.name
         importlib.import_module(spec.implementation.partition(":")[0])
-    runtime = importlib.import_module("joulie.runtime")
+    runtime = importlib.import_module("joulie.process.runtime")
     # The rest exists only while a role runs; it goes on a registry of its own, to leave the
     # process-wide one as the other tests expect it.
     running = CollectorRegistry()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from joulie.api.enums import ControlResult
 from joulie.docs import REFERENCE_PATH, main, render_reference, settings_reference
-from joulie.roles import ROLES
+from joulie.process.roles import ROLES
 
 
 def test_configuration_reference_is_current(repo_root: Path) -> None:

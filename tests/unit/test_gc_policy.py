@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from joulie.gc_policy import GcPolicy
 from joulie.kube.informer import Informer
+from joulie.process.gc_policy import GcPolicy
 
 
 class Node:

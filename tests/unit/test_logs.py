@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from joulie.logs import MAX_TRACEBACK_FRAMES, MAX_VALUE_CHARS, configure_logging
-from joulie.process_settings import LogFormat, LogLevel
+from joulie.process.logs import MAX_TRACEBACK_FRAMES, MAX_VALUE_CHARS, configure_logging
+from joulie.process.settings import LogFormat, LogLevel
 
 SECRET = "hmac-key-7f3a9c1e5b"
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from joulie.manager.settings import ManagerSettings
-from joulie.roles import load_settings, parse_roles
+from joulie.process.roles import load_settings, parse_roles
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from joulie.roles import ROLES
+from joulie.process.roles import ROLES
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
 

@@ -31,7 +31,7 @@ from joulie.extender import wire, wire_preempt
 from joulie.extender.go_json import WireError
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
-from joulie.process_settings import ProcessSettings
+from joulie.process.settings import ProcessSettings
 from joulie.settings import EnvSettings, parse_duration
 from joulie.sim.settings import SimulatorSettings
 from joulie.sim.trace import TraceError, parse_trace

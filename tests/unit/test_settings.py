@@ -10,7 +10,7 @@ from joulie.agent.settings import AgentSettings
 from joulie.api.enums import GovernorControl, NodePowerSource, PolicyType
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
-from joulie.process_settings import ProcessSettings
+from joulie.process.settings import ProcessSettings
 from joulie.settings import Source, format_duration, parse_duration
 
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from joulie.agent.settings import AgentSettings
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
-from joulie.process_settings import ProcessSettings
+from joulie.process.settings import ProcessSettings
 from joulie.settings import EnvSettings, Loaded, Source
 from joulie.sim.settings import SimulatorSettings
 
 if TYPE_CHECKING:  # the runtime (aiohttp, prometheus) loads only when roles run
-    from joulie.runtime import Role
+    from joulie.process.runtime import Role
 
 
 @dataclass(frozen=True)

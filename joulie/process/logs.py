@@ -13,7 +13,7 @@ from typing import IO
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
-from joulie.process_settings import LogFormat, LogLevel
+from joulie.process.settings import LogFormat, LogLevel
 
 MAX_TRACEBACK_FRAMES = 20
 """Frames a logged traceback keeps (structlog keeps the first and last ones past this): a deep

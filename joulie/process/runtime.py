@@ -4,7 +4,7 @@ The runtime owns what every role shares: the uvloop event loop, signal handling 
 shutdown in which each role gets ``SHUTDOWN_TIMEOUT`` to finish (the agent restores hardware
 there), one HTTP endpoint serving /healthz, /readyz and /metrics, and the garbage-collector policy
 that keeps full collections over the informers' caches out of the roles' work
-(``joulie.gc_policy``).
+(``joulie.process.gc_policy``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from joulie import __version__
-from joulie.gc_policy import GcPolicy
-from joulie.process_settings import ProcessSettings
+from joulie.process.gc_policy import GcPolicy
+from joulie.process.settings import ProcessSettings
 from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, split_address
 
-log = structlog.get_logger("joulie.runtime")
+log = structlog.get_logger("joulie.process.runtime")
 
 
 class Role(Protocol):
