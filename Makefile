@@ -112,7 +112,7 @@ crds: install
 	$(BIN)/joulie crds --dir manifests/crds
 
 docs: install
-	$(BIN)/python -m joulie.docs docs/configuration.md
+	$(BIN)/python -m joulie.cli.docs docs/configuration.md
 
 # The container image without a registry: a Debian base made by mmdebstrap, built and checked
 # with buildah (hack/image/README.md). With a registry, `docker build .` builds the same Dockerfile.

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from joulie.api.enums import ControlResult
-from joulie.docs import REFERENCE_PATH, main, render_reference, settings_reference
+from joulie.cli.docs import REFERENCE_PATH, main, render_reference, settings_reference
 from joulie.process.roles import ROLES
 
 

@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         help="--live: give up when the API server has not answered (or a list has kept "
         "failing) for this long (default 15)",
     )
-    from joulie.lifecycle_cli import add_parser as add_lifecycle
+    from joulie.cli.lifecycle import add_parser as add_lifecycle
     from joulie.sim.cli_args import add_parser as add_simulate
     from joulie.status.args import add_parser as add_status
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return simulate(args)
     if args.command == "lifecycle":
-        from joulie.lifecycle_cli import run as lifecycle
+        from joulie.cli.lifecycle import run as lifecycle
 
         return lifecycle(args)
     if args.role is not None:
