@@ -52,7 +52,7 @@ class Receiver:
                 await response.write(chunk)
                 self.sent += len(chunk)
                 count -= 1 if count > 0 else 0
-                await asyncio.sleep(pause)
+                await asyncio.sleep(pause)  # the slow sender is the behaviour under test
         except ConnectionError:  # the client stopped reading and hung up
             pass
         return response

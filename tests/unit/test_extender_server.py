@@ -323,6 +323,8 @@ async def test_bodies_held_at_once_are_bounded() -> None:
             await writer.drain()
             writers.append(writer)
         third = asyncio.create_task(client.post("/filter", data=NAMES_BODY))
+        # A sleep on purpose: what is under test is that nothing happens for the third call
+        # while the holder keeps its turn (a window well inside the 2 s request limit).
         await asyncio.sleep(0.5)
         assert not third.done()  # its body is not read while the others are
         assert placement.calls == []
