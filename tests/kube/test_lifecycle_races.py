@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY
 
@@ -377,20 +378,28 @@ def tenant_pod(cluster: LocalCluster, namespace: str, node: str, metadata: dict[
             answer = api.post(path, json=body)
             if answer.status_code != 409:
                 answer.raise_for_status()
-        api.post(
-            f"/api/v1/namespaces/{namespace}/pods",
-            headers={"Impersonate-User": account},
-            json={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"generateName": "lookalike-", **metadata},
-                "spec": {
-                    "nodeName": node,
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{"name": "c", "image": "busybox"}],
-                },
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "lookalike-", **metadata},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox"}],
             },
-        ).raise_for_status()
+        }
+
+        def create() -> httpx.Response | None:
+            answer = api.post(
+                f"/api/v1/namespaces/{namespace}/pods",
+                headers={"Impersonate-User": account},
+                json=pod,
+            )
+            return None if answer.status_code == 403 else answer
+
+        # The API server's authorizer learns a new RoleBinding a moment after it is stored
+        # (a 403 came back under CI's load): wait for the grant, not a fixed time.
+        wait_until(create, 20, "the tenant's grant to reach the authorizer").raise_for_status()
 
 
 async def test_a_pod_that_only_looks_like_system_work_keeps_its_node_on(
