@@ -15,10 +15,9 @@ Two components, each reported as one :class:`~joulie.api.enums.ControlResult`:
   kernel refuses EPP with EBUSY, and never for a policy whose governor write failed), then the
   maximum frequency.
 
-Every write follows the same steps: read the current value; write nothing when it already holds
-the target, or when someone else changed it since the agent wrote this same target (contended);
-record the current value in the :class:`~joulie.agent.baseline.Baseline` (on disk before the
-write; no write when it cannot be stored); write; read back. A setting a preset does not set, but
+Every file is written and restored through the agent's one guarded write
+(:mod:`joulie.agent.guarded_write`: read, decide, record the baseline, write, read back); this
+module says which files, which values and in which order. A setting a preset does not set, but
 that the agent changed earlier, goes back to its baseline.
 
 Restoring writes the baseline back: RAPL limits then their ``enabled``, then boost, governor, EPP
@@ -29,25 +28,16 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Sequence
-from dataclasses import replace as _with
 
-import structlog
-
-from joulie.agent.baseline import Baseline, BaselineError, BaselineValue
+from joulie.agent.baseline import Baseline, BaselineValue
 from joulie.agent.cpu_discovery import BoostControl, GovernorCapabilities
+from joulie.agent.guarded_write import GuardedWriter, Setting, SettingFailed
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.agent.powercap_discovery import HsmpCap, RaplZone
 from joulie.agent.sysfs import ErrorKind, Sysfs, SysfsError
 from joulie.api.enums import Boost, ControlResult, CpuGovernorPreset
 from joulie.core.caps import effective_cap
-from joulie.core.control import (
-    ControlFacts,
-    Failure,
-    WriteDecision,
-    control_result,
-    decide_write,
-    same_value,
-)
+from joulie.core.control import ControlFacts, Failure, control_result
 
 __all__ = [
     "POWERCAP_PREFIX",
@@ -56,8 +46,6 @@ __all__ = [
     "CpuControl",
     "SettingOutcome",
 ]
-
-log = structlog.get_logger("joulie.agent.cpu_control")
 
 POWERCAP_PREFIX = "/sys/class/powercap/"
 HWMON_PREFIX = "/sys/class/hwmon/"
@@ -114,149 +102,56 @@ class CpuControl:
         self.floor_pct_of_max = floor_pct_of_max
         """Lowest package cap written where the zone states no minimum (intel_rapl states none),
         as a percentage of the zone's maximum."""
-        self._last_written: dict[str, str] = {}
-        self._drifted: dict[str, str] = {}
-        """Per setting: what it read back after the agent's write was not kept (drift)."""
+        self.writer = GuardedWriter(baseline, dry_run=dry_run, name="cpu")
 
     # -- one setting --------------------------------------------------------------------------
 
+    def _file(self, key: str) -> Setting:
+        sysfs = self.sysfs
+
+        def read() -> str:
+            try:
+                return sysfs.read(key)
+            except SysfsError as exc:
+                if exc.kind is ErrorKind.MISSING:
+                    raise SettingFailed("no such file", failure=None) from None
+                raise SettingFailed(exc.detail, _failure(exc)) from None
+
+        def write(value: str) -> None:
+            try:
+                sysfs.write(key, value)
+            except SysfsError as exc:
+                raise SettingFailed(exc.detail, _failure(exc)) from None
+
+        return Setting(key, read, write, tolerance=_tolerance(key))
+
     def _set(self, key: str, target: str, *, reassert: bool = False) -> SettingOutcome:
-        """Read, decide, record the baseline, write, read back."""
-        tolerance = _tolerance(key)
-        try:
-            observed = self.sysfs.read(key)
-        except SysfsError as exc:
-            if exc.kind is ErrorKind.MISSING:
-                return SettingOutcome(key, ControlResult.UNSUPPORTED, target, detail="no such file")
-            return SettingOutcome(
-                key,
-                control_result(ControlFacts(target=target, failure=_failure(exc))),
-                target,
-                detail=exc.detail,
-            )
-        last = self._last_written.get(key)
-        drifted = self._drifted.get(key)
-        if (
-            not reassert
-            and drifted is not None
-            and same_value(last, target, tolerance)
-            and same_value(observed, drifted, tolerance)
-        ):
-            # The value the setting kept after this very write: the same drift, not another
-            # writer; it is written again only when the agent re-asserts.
-            return SettingOutcome(
-                key,
-                ControlResult.DRIFT,
-                target,
-                observed,
-                observed,
-                f"wrote {target}, reads {observed}",
-            )
-        decision = decide_write(target, observed, last, tolerance=tolerance, reassert=reassert)
-        facts = ControlFacts(
-            target=target,
-            observed=observed,
-            last_written=last,
-            reassert=reassert,
-            tolerance=tolerance,
-            dry_run=self.dry_run,
-        )
-        if decision is not WriteDecision.WRITE or self.dry_run:
-            detail = {
-                WriteDecision.CONTENDED: f"changed by another writer to {observed}",
-                WriteDecision.EQUIVALENT: "",
-            }.get(decision, "dry run")
-            return SettingOutcome(key, control_result(facts), target, observed, detail=detail)
-        try:
-            recorded = self.baseline.record(key, observed)
-        except BaselineError as exc:
-            return SettingOutcome(
-                key,
-                control_result(_with(facts, failure=Failure.OTHER)),
-                target,
-                observed,
-                detail=f"not written: {exc}",
-            )
-        try:
-            self.sysfs.write(key, target)
-        except SysfsError as exc:
-            # The kernel refused: the setting still holds the baseline just recorded, which
-            # restoring would only try (and fail) to write again.
-            if recorded and same_value(self.sysfs.try_read(key), observed, tolerance):
-                self.baseline.forget([key])
-            log.warning("cpu.write_failed", key=key, value=target, error=exc.detail)
-            return SettingOutcome(
-                key,
-                control_result(_with(facts, failure=_failure(exc))),
-                target,
-                observed,
-                detail=exc.detail,
-            )
-        self._last_written[key] = target
-        read_back = self.sysfs.try_read(key)
-        result = control_result(_with(facts, written=True, read_back=read_back))
-        detail = "" if read_back is not None else "cannot be read back"
-        self._drifted.pop(key, None)
-        if result is ControlResult.DRIFT:
-            detail = f"wrote {target}, reads {read_back}"
-            log.warning("cpu.drift", key=key, wrote=target, reads=read_back)
-            if read_back is not None:
-                self._drifted[key] = read_back
-        return SettingOutcome(key, result, target, observed, read_back, detail)
+        return self.writer.apply(self._file(key), target, reassert=reassert)
 
     def _back_to_baseline(self, keys: Sequence[str]) -> list[SettingOutcome]:
         """Restore ``keys`` that have a baseline, in the order given."""
         outcomes = self.baseline.restore_with(
             keys,
-            lambda key, value: self._restore_one(key, str(value)),
+            lambda key, value: self.writer.restore(
+                self._file(key), str(value), held=lambda: self._held(key)
+            ),
             lambda outcome: outcome.result is ControlResult.RESTORED,
         )
         return list(outcomes.values())
 
-    def _restore_one(self, key: str, value: str) -> SettingOutcome:
-        tolerance = _tolerance(key)
-        facts = ControlFacts(
-            restoring=True, target=value, tolerance=tolerance, dry_run=self.dry_run
-        )
-        try:
-            observed = self.sysfs.read(key)
-        except SysfsError as exc:
-            return SettingOutcome(
-                key, control_result(_with(facts, failure=_failure(exc))), value, detail=exc.detail
-            )
-        facts = _with(facts, observed=observed)
-        if same_value(observed, value, tolerance) or self.dry_run:
-            self._last_written.pop(key, None)
-            return SettingOutcome(key, control_result(facts), value, observed)
-        if posixpath.basename(key) == "energy_performance_preference":
-            governor = self.sysfs.try_read(
-                posixpath.join(posixpath.dirname(key), "scaling_governor")
-            )
-            pending = self.baseline.get(posixpath.join(posixpath.dirname(key), "scaling_governor"))
-            if governor == "performance" and pending in (None, "performance"):
-                # The kernel holds EPP at performance under this governor and refuses writes,
-                # and the governor stays: nothing of the agent's is left in force to put back.
-                # (Were the governor still to be restored to another one, the kernel would
-                # bring back the EPP the agent wrote, so the entry is kept for then.)
-                self._last_written.pop(key, None)
-                return SettingOutcome(
-                    key, ControlResult.RESTORED, value, observed, detail="held by the governor"
-                )
-        try:
-            self.sysfs.write(key, value)
-        except SysfsError as exc:
-            return SettingOutcome(
-                key,
-                control_result(_with(facts, failure=_failure(exc))),
-                value,
-                observed,
-                detail=exc.detail,
-            )
-        self._last_written.pop(key, None)
-        read_back = self.sysfs.try_read(key)
-        result = control_result(_with(facts, written=True, read_back=read_back))
-        detail = f"wrote {value}, reads {read_back}" if result is ControlResult.DRIFT else ""
-        return SettingOutcome(key, result, value, observed, read_back, detail)
+    def _held(self, key: str) -> str | None:
+        """Why ``key`` need not be written back: an EPP the kernel holds at ``performance``."""
+        if posixpath.basename(key) != "energy_performance_preference":
+            return None
+        governor_key = posixpath.join(posixpath.dirname(key), "scaling_governor")
+        pending = self.baseline.get(governor_key)
+        if self.sysfs.try_read(governor_key) == "performance" and pending in (None, "performance"):
+            # The kernel holds EPP at performance under this governor and refuses writes, and
+            # the governor stays: nothing of the agent's is left in force to put back. (Were
+            # the governor still to be restored to another one, the kernel would bring back the
+            # EPP the agent wrote, so the entry is kept for then.)
+            return "held by the governor"
+        return None
 
     # -- package cap --------------------------------------------------------------------------
 

@@ -1,40 +1,25 @@
-"""Setting one GPU's power limit, and saying per board what came of it.
+"""One GPU board's power limit, in the driver's own unit, as the guarded write sees it.
 
-For every board of a :class:`~joulie.agent.gpu_discovery.GpuDiscovery` the intent (watts, else
-percent of the board's maximum) is resolved with the one cap resolution of
-:func:`joulie.core.caps.effective_cap` against the board's discovered range, clamped into that
-range in the driver's own unit (NVML milliwatts, amdgpu microwatts in whole watts), compared with
-the value in force (nothing is written when they already agree within the tolerance), written,
-and read back. One tolerance, :data:`DEFAULT_TOLERANCE_WATTS` in the driver's unit
-(:func:`tolerance_native`), decides both whether the value in force already is the target and
-whether a read-back is drift, so a driver that rounds what it is given neither drifts nor looks
-changed by another writer at the next pass. Before anything is read or written through NVML, the
-board's index is confirmed to hold the UUID discovery saw
-(:func:`~joulie.agent.gpu_discovery.check_identity`); a board whose UUID is unknown is not
-touched.
+:func:`cap_setting` gives the :class:`~joulie.agent.guarded_write.Setting` of a board's limit
+(NVML milliwatts, amdgpu hwmon ``power1_cap`` microwatts in whole watts) and
+:func:`cap_target` the value a per-GPU intent comes to on that board: resolved with the one cap
+resolution (:func:`joulie.core.caps.effective_cap`) against the board's discovered range, then
+clamped into that range in the driver's unit. One tolerance, :data:`DEFAULT_TOLERANCE_WATTS` in
+the driver's unit, decides both whether the limit in force already is the target and whether a
+read-back is drift, so a driver that rounds what it is given neither drifts nor looks changed by
+another writer at the next pass.
 
-Each board gets a :class:`GpuCapResult` whose :class:`GpuCapOutcome` keeps apart what an
-operator acts on differently: applied, applied but not verifiable, drift (the read-back differs
-from what was written), unsupported (monitor-only board), refused (no permission), not applied
-(no usable target) and error (lost board, refused value, I/O). A failure on one board never stops
-the others. :class:`joulie.agent.gpu_control.GpuControl` turns these into NodeTwin
-``controlStatus`` values, recording the baseline through ``before_write``, the one step between
-reading the limit in force and writing.
-
-Putting a baseline back is the same one-board operation, :func:`apply_gpu_cap` with the recorded
-value as target and ``restoring=True``, called by
-:meth:`joulie.agent.gpu_control.GpuControl.restore_cap` for the board whose UUID (amdgpu: PCI
-slot) the baseline key names; it is clamped and verified like any other write. ``restoring`` lets
-through a board discovery blocked only because an earlier write was refused, so a value the
-agent wrote is still put back. Nothing here shells out.
+A board discovery found uncappable (:func:`blocked`) is not touched, so a write the board or the
+kernel has refused is not retried at every reconcile; restoring lets through a board blocked only
+because an earlier write was refused, so that a value the agent wrote is still put back. A limit
+that cannot be read is not written (it could not be put back), and the value in force before the
+agent's first write is what restoring writes. Nothing here shells out.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from collections.abc import Callable
 
 from joulie.agent.amd_gpu import read_cap_uw, write_cap_uw
 from joulie.agent.gpu_discovery import (
@@ -42,31 +27,35 @@ from joulie.agent.gpu_discovery import (
     BoardUnknown,
     GpuBackendKind,
     GpuDevice,
-    GpuDiscovery,
     MonitorOnly,
     check_identity,
 )
+from joulie.agent.gpu_settings import POWER1_CAP_UW, POWER_LIMIT_MW, gpu_key
+from joulie.agent.guarded_write import Setting, SettingFailed
 from joulie.agent.nvml import (
     GpuError,
+    GpuInvalidArgument,
     GpuLost,
     GpuNoPermission,
     GpuNotSupported,
     NvmlAdapter,
 )
 from joulie.agent.sysfs import Sysfs
+from joulie.api.enums import ControlResult
 from joulie.core.caps import effective_cap
+from joulie.core.control import Failure
 
 __all__ = [
     "DEFAULT_TOLERANCE_WATTS",
-    "BeforeWrite",
-    "CapIntent",
-    "GpuCapOutcome",
-    "GpuCapResult",
-    "apply_gpu_cap",
-    "apply_gpu_caps",
+    "PowerLimit",
+    "blocked",
+    "cap_setting",
+    "cap_setting_name",
+    "cap_target",
+    "gpu_failure",
     "native_unit",
-    "read_limit",
-    "tolerance_native",
+    "needs_rediscovery",
+    "power_limit",
 ]
 
 DEFAULT_TOLERANCE_WATTS = 1.0
@@ -76,190 +65,42 @@ wrote): the drivers store whole watts (amdgpu) or milliwatts, sometimes rounded 
 anything beyond a watt is another writer."""
 
 
-class GpuCapOutcome(StrEnum):
-    APPLIED = "applied"
-    """The limit in force is the target (written now, or already so), confirmed by a read."""
-    APPLIED_UNVERIFIED = "applied-unverified"
-    """The write was accepted but the limit cannot be read back."""
-    DRIFT = "drift"
-    """The write was accepted but the limit read back differs from it."""
-    UNSUPPORTED = "unsupported"
-    """The board has no settable power limit (monitor-only)."""
-    REFUSED = "refused"
-    """The agent may not set the limit (no permission)."""
-    CONTENDED = "contended"
-    """Another writer changed the limit the agent set; not written again (``before_write``)."""
-    NOT_APPLIED = "not-applied"
-    """Nothing to write: the intent holds no usable cap, or only a percentage of a maximum
-    that is unknown."""
-    ERROR = "error"
-    """The board is lost, refused the value, or failed otherwise."""
+def gpu_failure(exc: GpuError) -> SettingFailed:
+    """A GPU interface's refusal as the guarded write counts it."""
+    if isinstance(exc, GpuNotSupported):
+        return SettingFailed(str(exc), failure=None)
+    if isinstance(exc, GpuNoPermission):
+        return SettingFailed(str(exc), Failure.PERMISSION)
+    if isinstance(exc, GpuInvalidArgument):
+        return SettingFailed(str(exc), Failure.REJECTED)
+    return SettingFailed(str(exc), Failure.OTHER)  # lost, unavailable, anything else
 
 
-@dataclass(frozen=True)
-class CapIntent:
-    """A per-GPU cap as NodeTwin.spec states it (``capWattsPerGpu``, ``capPctOfMax``)."""
-
-    watts: float | None = None
-    pct_of_max: float | None = None
+def needs_rediscovery(exc: GpuError) -> bool:
+    """Whether ``exc`` says the discovery in hand no longer describes the board."""
+    return isinstance(exc, GpuLost | BoardChanged | BoardUnknown)
 
 
-@dataclass(frozen=True)
-class GpuCapResult:
-    index: int
-    uuid: str | None
-    outcome: GpuCapOutcome
-    target_watts: float | None = None
-    """The resolved, clamped value that was aimed at."""
-    clamped: bool = False
-    """The intent asked for a value outside the board's range."""
-    written: bool = False
-    """A write was issued (False when the limit already matched, or nothing was tried)."""
-    read_back_watts: float | None = None
-    before_watts: float | None = None
-    """The limit in force before, when it could be read."""
-    detail: str = ""
-    rediscover: bool = False
-    """The discovery this ran on no longer describes the board: it was lost, its index holds
-    another board, or its UUID is unknown. Discovering again is the remedy."""
+_BLOCKED = {
+    MonitorOnly.NOT_SUPPORTED: ControlResult.UNSUPPORTED,
+    MonitorOnly.NO_RANGE: ControlResult.UNSUPPORTED,
+    MonitorOnly.UNAVAILABLE: ControlResult.UNSUPPORTED,
+    MonitorOnly.NO_PERMISSION: ControlResult.REFUSED,
+    MonitorOnly.LOST: ControlResult.ERROR,
+}
 
 
-BeforeWrite = Callable[[int | None, int], "tuple[GpuCapOutcome, str] | None"]
-"""Called just before a write with the limit in force (the driver's unit; None: unreadable) and
-the target; an outcome and a reason returned instead of None stop the write."""
-
-
-def apply_gpu_caps(
-    discovery: GpuDiscovery,
-    intent: CapIntent | Mapping[int, CapIntent],
-    *,
-    nvml: NvmlAdapter | None,
-    sysfs: Sysfs,
-    tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
-) -> tuple[GpuCapResult, ...]:
-    """Apply ``intent`` to every board (one intent for all), or to the boards a mapping names
-    by index (each its own). Records no baseline: :class:`~joulie.agent.gpu_control.GpuControl`
-    is the caller that does."""
-    results = []
-    for device in discovery.devices:
-        if isinstance(intent, CapIntent):
-            wanted = intent
-        elif device.index in intent:
-            wanted = intent[device.index]
-        else:
-            continue
-        results.append(
-            apply_gpu_cap(device, wanted, nvml=nvml, sysfs=sysfs, tolerance_watts=tolerance_watts)
-        )
-    return tuple(results)
-
-
-def apply_gpu_cap(
-    device: GpuDevice,
-    intent: CapIntent,
-    *,
-    nvml: NvmlAdapter | None,
-    sysfs: Sysfs,
-    tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
-    before_write: BeforeWrite | None = None,
-    restoring: bool = False,
-) -> GpuCapResult:
-    """Resolve, clamp, write and verify one board's cap.
-
-    ``restoring``: the intent is the board's recorded baseline, so a board blocked only because
-    an earlier write was refused (:attr:`MonitorOnly.NO_PERMISSION`) is tried all the same.
-    """
-    base = GpuCapResult(index=device.index, uuid=device.uuid, outcome=GpuCapOutcome.ERROR)
+def blocked(device: GpuDevice, *, restoring: bool = False) -> tuple[ControlResult, str] | None:
+    """Why discovery found the board's limit not to be touched, as a result and a detail."""
     why = device.monitor_only
     if restoring and why is MonitorOnly.NO_PERMISSION:
         why = None
     if why is None and device.max_watts is None:
         why = MonitorOnly.NO_RANGE
-    if why is not None:
-        # Discovery found the board uncappable: it is not touched, so a write the board or the
-        # kernel has refused is not retried at every reconcile.
-        return replace(base, outcome=_BLOCKED[why], detail=f"monitor-only: {why.value}")
-    low, high = device.min_watts, device.max_watts
-    cap = effective_cap(intent.watts, intent.pct_of_max, high, low)
-    if cap is None or cap.watts is None:
-        return replace(base, outcome=GpuCapOutcome.NOT_APPLIED, detail="no usable cap")
-    try:
-        backend = _backend(device, nvml, sysfs)
-        backend.check_identity()
-    except GpuError as exc:
-        return _failed(base, exc)
-    tolerance = backend.native(tolerance_watts)
-    target = backend.clamp(cap.watts)
-    target_watts = backend.to_watts(target)
-    asked = _asked_watts(intent, high)
-    base = replace(
-        base,
-        target_watts=target_watts,
-        clamped=asked is not None and abs(asked - target_watts) > 1e-9,
-    )
-
-    before: int | None = None
-    try:
-        before = backend.read()
-    except GpuLost as exc:
-        return _failed(base, exc)
-    except GpuError:
-        pass  # a limit that cannot be read can still be set; the read-back will tell
-    if before is not None:
-        base = replace(base, before_watts=backend.to_watts(before))
-        if abs(before - target) <= tolerance:  # already in force: no write
-            return replace(
-                base, outcome=GpuCapOutcome.APPLIED, read_back_watts=backend.to_watts(before)
-            )
-    stop = before_write(before, target) if before_write is not None else None
-    if stop is not None:
-        return replace(base, outcome=stop[0], detail=stop[1])
-    try:
-        backend.write(target)
-    except GpuError as exc:
-        return _failed(base, exc)
-    base = replace(base, written=True)
-    try:
-        after = backend.read()
-    except GpuLost as exc:
-        return _failed(base, exc)
-    except GpuError as exc:
-        return replace(
-            base, outcome=GpuCapOutcome.APPLIED_UNVERIFIED, detail=f"read-back failed: {exc}"
-        )
-    after_watts = backend.to_watts(after)
-    if abs(after - target) > tolerance:
-        return replace(
-            base,
-            outcome=GpuCapOutcome.DRIFT,
-            read_back_watts=after_watts,
-            detail=f"wrote {target_watts:g} W, read back {after_watts:g} W",
-        )
-    return replace(base, outcome=GpuCapOutcome.APPLIED, read_back_watts=after_watts)
+    return None if why is None else (_BLOCKED[why], f"monitor-only: {why.value}")
 
 
-def read_limit(device: GpuDevice, *, nvml: NvmlAdapter | None, sysfs: Sysfs) -> int | None:
-    """The limit in force on a ranged board, in the driver's unit; None when it cannot be read
-    (or, for an NVIDIA board, when its index no longer holds its UUID)."""
-    if device.max_watts is None:
-        return None
-    try:
-        backend = _backend(device, nvml, sysfs)
-        backend.check_identity()
-        return backend.read()
-    except GpuError:
-        return None
-
-
-def tolerance_native(device: GpuDevice, watts: float = DEFAULT_TOLERANCE_WATTS) -> int:
-    """``watts`` of tolerance in the driver's unit for this board's limit."""
-    return round(watts * native_unit(device))
-
-
-# --- per-vendor native values ------------------------------------------------------------------
-
-
-class _Backend:
+class PowerLimit:
     """One board's limit in the driver's own integer unit."""
 
     per_watt: int
@@ -292,7 +133,7 @@ class _Backend:
         raise NotImplementedError
 
 
-class _Nvml(_Backend):
+class _Nvml(PowerLimit):
     per_watt = 1000
     step = 1
 
@@ -313,7 +154,7 @@ class _Nvml(_Backend):
         self.nvml.set_power_limit_mw(self.index, native)
 
 
-class _Hwmon(_Backend):
+class _Hwmon(PowerLimit):
     per_watt = 1_000_000
     step = 1_000_000  # amdgpu keeps whole watts
 
@@ -328,7 +169,9 @@ class _Hwmon(_Backend):
         write_cap_uw(self.sysfs, self.hwmon, native)
 
 
-def _backend(device: GpuDevice, nvml: NvmlAdapter | None, sysfs: Sysfs) -> _Backend:
+def power_limit(device: GpuDevice, *, nvml: NvmlAdapter | None, sysfs: Sysfs) -> PowerLimit:
+    """The limit of a ranged board (:func:`blocked` says None); raises
+    :class:`~joulie.agent.nvml.GpuNotSupported` when nothing here can set it."""
     assert device.max_watts is not None  # only ranged boards get this far
     if device.backend is GpuBackendKind.NVML:
         if nvml is None:
@@ -339,40 +182,63 @@ def _backend(device: GpuDevice, nvml: NvmlAdapter | None, sysfs: Sysfs) -> _Back
     raise GpuNotSupported(f"GPU {device.index}: no interface to set its power limit")
 
 
-# --- outcomes ----------------------------------------------------------------------------------
+def cap_target(
+    limit: PowerLimit, device: GpuDevice, watts: float | None, pct: float | None
+) -> int | None:
+    """The native value a per-GPU intent (watts, else percent of the maximum) comes to on this
+    board, clamped into its range; None when the intent holds no usable cap."""
+    cap = effective_cap(watts, pct, device.max_watts, device.min_watts)
+    if cap is None or cap.watts is None:
+        return None
+    return limit.clamp(cap.watts)
 
 
-_BLOCKED = {
-    MonitorOnly.NOT_SUPPORTED: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.NO_RANGE: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.UNAVAILABLE: GpuCapOutcome.UNSUPPORTED,
-    MonitorOnly.NO_PERMISSION: GpuCapOutcome.REFUSED,
-    MonitorOnly.LOST: GpuCapOutcome.ERROR,
-}
+def cap_setting(
+    device: GpuDevice,
+    limit: PowerLimit,
+    noted: Callable[[GpuError], None],
+    tolerance_watts: float = DEFAULT_TOLERANCE_WATTS,
+) -> Setting:
+    """The board's limit for the guarded write; ``noted`` hears of every error the interface
+    raised (the caller watches for a board to discover again)."""
+    per_watt = limit.per_watt
+
+    def guarded(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except GpuError as exc:
+            noted(exc)
+            raise gpu_failure(exc) from None
+
+    def read() -> str | None:
+        try:
+            return str(limit.read())
+        except GpuLost as exc:
+            noted(exc)
+            raise gpu_failure(exc) from None
+        except GpuError:
+            return None  # the limit in force is unknown: not written, since not restorable
+
+    def show(value: str) -> str:
+        try:
+            return f"{int(value) / per_watt:g} W"
+        except ValueError:
+            return value
+
+    return Setting(
+        gpu_key(device.board_id, cap_setting_name(device)),
+        read,
+        lambda value: guarded(lambda: limit.write(int(value))),
+        check=lambda: guarded(limit.check_identity),
+        tolerance=limit.native(tolerance_watts),
+        show=show,
+        recorded_as=int,
+    )
 
 
-def _failed(base: GpuCapResult, exc: GpuError) -> GpuCapResult:
-    rediscover = isinstance(exc, GpuLost | BoardChanged | BoardUnknown)
-    return replace(base, outcome=_outcome_of(exc), detail=str(exc), rediscover=rediscover)
-
-
-def _outcome_of(exc: GpuError) -> GpuCapOutcome:
-    if isinstance(exc, GpuNotSupported):
-        return GpuCapOutcome.UNSUPPORTED
-    if isinstance(exc, GpuNoPermission):
-        return GpuCapOutcome.REFUSED
-    # GpuLost, GpuInvalidArgument (a clamped value refused), GpuUnavailable, anything else.
-    return GpuCapOutcome.ERROR
-
-
-def _asked_watts(intent: CapIntent, max_watts: float | None) -> float | None:
-    """What the intent asked for before any clamping (the same precedence as effective_cap)."""
-    if intent.watts is not None and math.isfinite(intent.watts) and intent.watts > 0:
-        return float(intent.watts)
-    pct = intent.pct_of_max
-    if pct is not None and math.isfinite(pct) and pct > 0 and max_watts is not None:
-        return max_watts * pct / 100.0
-    return None
+def cap_setting_name(device: GpuDevice) -> str:
+    """The baseline setting name of a board's limit."""
+    return POWER1_CAP_UW if device.backend is GpuBackendKind.HWMON else POWER_LIMIT_MW
 
 
 def native_unit(device: GpuDevice) -> int:

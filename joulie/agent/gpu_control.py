@@ -2,8 +2,9 @@
 
 :class:`GpuControl` takes the per-GPU cap and the governor preset of a NodeTwin spec and reports
 each as one :class:`~joulie.agent.outcomes.ComponentOutcome` (combined from one setting per
-board), and restores both. Caps go through the one-board operation of
-:mod:`joulie.agent.gpu_cap`; presets through :class:`~joulie.agent.gpu_governor.GpuGovernor`.
+board), and restores both. A board's limit (:mod:`joulie.agent.gpu_cap`) and its clocks
+(:class:`~joulie.agent.gpu_governor.GpuGovernor`) are written and restored through the agent's one
+guarded write (:mod:`joulie.agent.guarded_write`).
 
 Before the first write to a board's limit, the limit in force is recorded in the
 :class:`~joulie.agent.baseline.Baseline` under ``gpu/<UUID>/power-limit-mw`` (NVML) or
@@ -30,61 +31,31 @@ from dataclasses import replace
 
 import structlog
 
-from joulie.agent.baseline import Baseline, BaselineError, BaselineValue
+from joulie.agent.baseline import Baseline, BaselineValue
 from joulie.agent.gpu_cap import (
     DEFAULT_TOLERANCE_WATTS,
-    BeforeWrite,
-    CapIntent,
-    GpuCapOutcome,
-    GpuCapResult,
-    apply_gpu_cap,
-    apply_gpu_caps,
-    native_unit,
-    read_limit,
-    tolerance_native,
+    PowerLimit,
+    blocked,
+    cap_setting,
+    cap_setting_name,
+    cap_target,
+    gpu_failure,
+    needs_rediscovery,
+    power_limit,
 )
-from joulie.agent.gpu_discovery import GpuBackendKind, GpuDevice, GpuDiscovery
+from joulie.agent.gpu_discovery import GpuDevice, GpuDiscovery
 from joulie.agent.gpu_governor import GpuGovernor
-from joulie.agent.gpu_settings import (
-    CAP_SETTINGS,
-    POWER1_CAP_UW,
-    POWER_LIMIT_MW,
-    gpu_key,
-    split_gpu_key,
-)
-from joulie.agent.nvml import NvmlAdapter
+from joulie.agent.gpu_settings import CAP_SETTINGS, gpu_key, split_gpu_key
+from joulie.agent.guarded_write import GuardedWriter, Setting
+from joulie.agent.nvml import GpuError, GpuNoPermission, NvmlAdapter
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.core.caps import effective_cap
-from joulie.core.control import WriteDecision, decide_write
 
-__all__ = [
-    # The one-board operation, re-exported: callers and tests name it from here.
-    "DEFAULT_TOLERANCE_WATTS",
-    "BeforeWrite",
-    "CapIntent",
-    "GpuCapOutcome",
-    "GpuCapResult",
-    "GpuControl",
-    "apply_gpu_cap",
-    "apply_gpu_caps",
-]
+__all__ = ["DEFAULT_TOLERANCE_WATTS", "GpuControl"]
 
 log = structlog.get_logger("joulie.agent.gpu_control")
-
-
-_RESULTS = {
-    GpuCapOutcome.APPLIED: ControlResult.APPLIED,
-    GpuCapOutcome.APPLIED_UNVERIFIED: ControlResult.APPLIED_UNVERIFIED,
-    GpuCapOutcome.DRIFT: ControlResult.DRIFT,
-    GpuCapOutcome.UNSUPPORTED: ControlResult.UNSUPPORTED,
-    GpuCapOutcome.REFUSED: ControlResult.REFUSED,
-    GpuCapOutcome.CONTENDED: ControlResult.CONTENDED,
-    GpuCapOutcome.NOT_APPLIED: ControlResult.NOT_APPLIED,
-    GpuCapOutcome.ERROR: ControlResult.ERROR,
-}
-_IN_FORCE = (GpuCapOutcome.APPLIED, GpuCapOutcome.APPLIED_UNVERIFIED)
 
 
 class GpuControl:
@@ -104,7 +75,7 @@ class GpuControl:
         self.dry_run = dry_run
         """Compute and report, write nothing and record nothing (SIMULATE_ONLY)."""
         self.governor = GpuGovernor(nvml, sysfs, baseline, dry_run=dry_run)
-        self._last_cap: dict[str, int] = {}
+        self.writer = GuardedWriter(baseline, dry_run=dry_run, name="gpu_cap")
         self._refused: set[int] = set()
         self._discovery: GpuDiscovery | None = None
         self._rediscover = False
@@ -152,55 +123,47 @@ class GpuControl:
             return restored if restored.result is not None else ComponentOutcome(None, "no cap")
         if not discovery.present:
             return ComponentOutcome(ControlResult.UNSUPPORTED, "no GPUs on this node")
-        intent = CapIntent(watts, pct_of_max)
-        return ComponentOutcome.of([self._cap(d, intent, reassert) for d in discovery.devices])
-
-    def _cap(self, device: GpuDevice, intent: CapIntent, reassert: bool) -> SettingOutcome:
-        setting, per_watt = _unit(device)
-        key = gpu_key(device.board_id, setting)
-        tolerance = tolerance_native(device)
-        recorded: list[bool] = []
-        seen: list[int] = []
-
-        def before_write(before: int | None, target: int) -> tuple[GpuCapOutcome, str] | None:
-            if before is None:
-                why = "the limit in force cannot be read, so it could not be put back"
-                return GpuCapOutcome.NOT_APPLIED, f"not written: {why}"
-            seen.append(before)
-            last = self._last_cap.get(key)
-            decision = decide_write(target, before, last, tolerance=tolerance, reassert=reassert)
-            if decision is WriteDecision.CONTENDED:
-                return GpuCapOutcome.CONTENDED, f"changed by another writer to {before}"
-            if self.dry_run:
-                return GpuCapOutcome.NOT_APPLIED, "dry run"
-            try:
-                recorded.append(self.baseline.record(key, before))
-            except BaselineError as exc:
-                return GpuCapOutcome.ERROR, f"not written: {exc}"
-            return None
-
-        result = apply_gpu_cap(
-            device, intent, nvml=self.nvml, sysfs=self.sysfs, before_write=before_write
+        return ComponentOutcome.of(
+            [self._cap(d, watts, pct_of_max, reassert) for d in discovery.devices]
         )
-        if result.rediscover:
-            self._rediscover = True
-        if result.written:
-            self._last_cap[key] = _native(result.target_watts, per_watt) or 0
+
+    def _cap(
+        self, device: GpuDevice, watts: float | None, pct: float | None, reassert: bool
+    ) -> SettingOutcome:
+        key = gpu_key(device.board_id, cap_setting_name(device))
+        stop = blocked(device)
+        if stop is not None:
+            # Discovery found the board uncappable: it is not touched, so a write the board or
+            # the kernel has refused is not retried at every reconcile.
+            return SettingOutcome(key, stop[0], detail=stop[1])
+        reached = self._limit(device, key)
+        if isinstance(reached, SettingOutcome):
+            return reached
+        limit, setting = reached
+        target = cap_target(limit, device, watts, pct)
+        if target is None:
+            return SettingOutcome(key, ControlResult.NOT_APPLIED, detail="no usable cap")
+        outcome = self.writer.apply(setting, str(target), reassert=reassert)
+        if outcome.result in _WRITTEN:
             self._refused.discard(device.index)
-        elif recorded:  # the write was tried and refused
-            if result.outcome is GpuCapOutcome.REFUSED:
-                self._refused.add(device.index)
-            # Drop the entry just recorded only while the board still holds that value: one the
-            # write changed after all must still be put back.
-            if recorded[0]:
-                now = read_limit(device, nvml=self.nvml, sysfs=self.sysfs)
-                if now is not None and abs(now - seen[0]) <= tolerance:
-                    self.baseline.forget([key])
-            log.warning("gpu.cap_write_failed", key=key, error=result.detail)
-        outcome = _RESULTS[result.outcome]
-        if result.outcome is GpuCapOutcome.APPLIED and not result.written:
-            outcome = ControlResult.EQUIVALENT
-        return _setting_outcome(key, outcome, result, per_watt)
+        return outcome
+
+    def _limit(self, device: GpuDevice, key: str) -> tuple[PowerLimit, Setting] | SettingOutcome:
+        """The board's limit and its setting; an outcome when nothing here can set it."""
+        try:
+            limit = power_limit(device, nvml=self.nvml, sysfs=self.sysfs)
+        except GpuError as exc:
+            failed = gpu_failure(exc)
+            result = ControlResult.UNSUPPORTED if failed.failure is None else ControlResult.ERROR
+            return SettingOutcome(key, result, detail=failed.detail)
+        return limit, cap_setting(device, limit, lambda exc: self._noted(exc, device.index))
+
+    def _noted(self, exc: GpuError, index: int) -> None:
+        if needs_rediscovery(exc):
+            self._rediscover = True
+        if isinstance(exc, GpuNoPermission):
+            # Told to discovery (refused()), so that the board is not written again.
+            self._refused.add(index)
 
     def restore_cap(self, discovery: GpuDiscovery) -> ComponentOutcome:
         """Put every board's limit the agent changed back to its baseline."""
@@ -214,48 +177,42 @@ class GpuControl:
     def _restore_cap(
         self, discovery: GpuDiscovery, key: str, value: BaselineValue
     ) -> SettingOutcome:
-        board, setting = split_gpu_key(key) or ("", "")
+        board, setting_name = split_gpu_key(key) or ("", "")
         device = discovery.board(board)
-        if device is None or _unit(device)[0] != setting:
+        if device is None or cap_setting_name(device) != setting_name:
             # Never onto another board: the entry waits for its own.
             if device is None and any(not d.identity_known for d in discovery.devices):
                 # It may be the board whose UUID could not be read: look again.
                 self._rediscover = True
-            return self._orphaned(key, value, board, setting, device)
+            return self._orphaned(key, value, board, setting_name, device)
         self._orphans.discard(key)
-        per_watt = _unit(device)[1]
         try:
             native = int(value)
         except ValueError:
             return SettingOutcome(key, ControlResult.ERROR, str(value), detail="not a number")
-
-        def before_write(before: int | None, target: int) -> tuple[GpuCapOutcome, str] | None:
-            return (GpuCapOutcome.NOT_APPLIED, "dry run") if self.dry_run else None
-
-        result = apply_gpu_cap(
-            device,
-            CapIntent(watts=native / per_watt),
-            nvml=self.nvml,
-            sysfs=self.sysfs,
-            before_write=before_write,
-            restoring=True,
-        )
-        if result.rediscover:
-            self._rediscover = True
-        if result.outcome is GpuCapOutcome.REFUSED and not result.written:
-            self._refused.add(device.index)
-        outcome = _RESULTS[result.outcome]
-        if result.outcome in _IN_FORCE:
-            if _native(result.target_watts, per_watt) == native:
-                outcome = ControlResult.RESTORED
-                self._last_cap.pop(key, None)
-                self._refused.discard(device.index)
-            else:  # the range no longer holds the recorded value: clamped, not back
-                outcome = ControlResult.DRIFT
-                result = replace(result, detail=f"{native} is outside the board's range now")
-        if outcome is not ControlResult.RESTORED:
-            log.warning("gpu.cap_not_restored", key=key, result=outcome.value, error=result.detail)
-        return _setting_outcome(key, outcome, result, per_watt, target=str(native))
+        stop = blocked(device, restoring=True)
+        if stop is not None:
+            return SettingOutcome(key, stop[0], str(native), detail=stop[1])
+        reached = self._limit(device, key)
+        if isinstance(reached, SettingOutcome):
+            return replace(reached, target=str(native))
+        limit, setting = reached
+        # The recorded value goes through the same clamp as any other: a board whose range no
+        # longer holds it gets the nearest value, reported as drift and kept for later.
+        target = limit.clamp(native / limit.per_watt)
+        outcome = self.writer.restore(setting, str(target))
+        if outcome.result is ControlResult.RESTORED:
+            self._refused.discard(device.index)
+            if target != native:
+                why = f"{native} is outside the board's range now"
+                outcome = replace(
+                    outcome, result=ControlResult.DRIFT, target=str(native), detail=why
+                )
+        if outcome.result is not ControlResult.RESTORED:
+            log.warning(
+                "gpu.cap_not_restored", key=key, result=outcome.result.value, error=outcome.detail
+            )
+        return outcome
 
     def _orphaned(
         self,
@@ -316,42 +273,13 @@ class GpuControl:
         return self.restore_cap(discovery), self.restore_preset(discovery)
 
 
+_WRITTEN = (ControlResult.APPLIED, ControlResult.APPLIED_UNVERIFIED, ControlResult.DRIFT)
+
+
 def _is_back(outcome: SettingOutcome) -> bool:
     return outcome.result is ControlResult.RESTORED
-
-
-def _unit(device: GpuDevice) -> tuple[str, int]:
-    """The baseline setting name of a board's limit and its unit per watt."""
-    setting = POWER1_CAP_UW if device.backend is GpuBackendKind.HWMON else POWER_LIMIT_MW
-    return setting, native_unit(device)
-
-
-def _native(watts: float | None, per_watt: int) -> int | None:
-    return None if watts is None else round(watts * per_watt)
 
 
 def _is_cap_key(key: str) -> bool:
     split = split_gpu_key(key)
     return split is not None and split[1] in CAP_SETTINGS
-
-
-def _setting_outcome(
-    key: str,
-    result: ControlResult,
-    cap: GpuCapResult,
-    per_watt: int,
-    *,
-    target: str | None = None,
-) -> SettingOutcome:
-    def text(watts: float | None) -> str | None:
-        native = _native(watts, per_watt)
-        return None if native is None else str(native)
-
-    return SettingOutcome(
-        key,
-        result,
-        target if target is not None else text(cap.target_watts),
-        text(cap.before_watts),
-        text(cap.read_back_watts) if cap.written else None,
-        cap.detail,
-    )

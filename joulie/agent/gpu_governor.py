@@ -1,12 +1,9 @@
 """GPU governor presets on a node's boards, with the baseline kept and put back.
 
 A preset becomes one setting per board (:mod:`joulie.agent.gpu_settings`): NVML's locked
-graphics clocks, or amdgpu's ``power_dpm_force_performance_level``. Each goes the way the CPU's
-files go (:mod:`joulie.agent.cpu_control`): read what is in force; write nothing when it holds
-the target, or when another writer changed the agent's own value since (contended); record the
-value in force in the :class:`~joulie.agent.baseline.Baseline` before the first write, and do
-not write when it cannot be stored; write; read back. One board's failure never stops the
-others.
+graphics clocks, or amdgpu's ``power_dpm_force_performance_level``. Each is written and restored
+through the agent's one guarded write (:mod:`joulie.agent.guarded_write`), the way the CPU's files
+are. One board's failure never stops the others.
 
 NVML has no query for locked clocks on most drivers, so the lock in force before the agent's
 first write cannot be read. It is recorded as ``unlocked``: what every reboot and driver reload
@@ -25,16 +22,14 @@ setting reads as before (or, for a lock NVML cannot read, reads nothing, as befo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from dataclasses import replace as _with
+from typing import TypeVar
 
 import structlog
 
 from joulie.agent.amd_gpu import read_performance_level, write_performance_level
-from joulie.agent.baseline import Baseline, BaselineError
+from joulie.agent.baseline import Baseline
+from joulie.agent.gpu_cap import gpu_failure, needs_rediscovery
 from joulie.agent.gpu_discovery import (
-    BoardChanged,
-    BoardUnknown,
     GpuDevice,
     GpuDiscovery,
     MonitorOnly,
@@ -52,11 +47,10 @@ from joulie.agent.gpu_settings import (
     split_gpu_key,
     why_not_expressible,
 )
+from joulie.agent.guarded_write import GuardedWriter, Setting
 from joulie.agent.nvml import (
     GpuError,
     GpuInvalidArgument,
-    GpuLost,
-    GpuNoPermission,
     GpuNotSupported,
     GpuUnavailable,
     LockedClocksReader,
@@ -65,40 +59,16 @@ from joulie.agent.nvml import (
 from joulie.agent.outcomes import SettingOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
-from joulie.core.control import ControlFacts, Failure, WriteDecision, control_result, decide_write
 
-__all__ = ["GpuGovernor", "gpu_result"]
+__all__ = ["UNREADABLE_LOCK", "GpuGovernor"]
+
+_T = TypeVar("_T")
 
 log = structlog.get_logger("joulie.agent.gpu_governor")
 
 UNREADABLE_LOCK = "the driver cannot read it back"
 """The detail of an NVML lock in force that cannot be read, the same at the write and after it,
 so that a steady preset reports the same text at every pass."""
-
-
-def gpu_result(exc: GpuError, facts: ControlFacts | None = None) -> ControlResult:
-    """The result of an attempt a GPU interface refused with ``exc``."""
-    if isinstance(exc, GpuNotSupported):
-        return ControlResult.UNSUPPORTED
-    if isinstance(exc, GpuNoPermission):
-        failure = Failure.PERMISSION
-    elif isinstance(exc, GpuInvalidArgument):
-        failure = Failure.REJECTED
-    else:  # lost, unavailable, anything else
-        failure = Failure.OTHER
-    return control_result(_with(facts or ControlFacts(), failure=failure))
-
-
-@dataclass(frozen=True)
-class _Setting:
-    """One board's clock setting: how to read it (None: it cannot be read) and write it."""
-
-    key: str
-    read: Callable[[], str | None]
-    write: Callable[[str], None]
-    check: Callable[[], None] = lambda: None
-    """Raises when the interface no longer reaches the board discovery found (NVML: index and
-    UUID); called before the setting is read."""
 
 
 class GpuGovernor:
@@ -116,16 +86,23 @@ class GpuGovernor:
         self.sysfs = sysfs
         self.baseline = baseline
         self.dry_run = dry_run
-        self._last_written: dict[str, str] = {}
+        self.writer = GuardedWriter(baseline, dry_run=dry_run, name="gpu_clocks")
         self._orphans: set[str] = set()
         """Entries already reported as kept for a board that is not on the node."""
         self.rediscover = False
         """A board was found lost, renumbered or of unknown identity (see
         :meth:`joulie.agent.gpu_control.GpuControl.needs_rediscovery`, which clears it)."""
 
-    def _failed(self, exc: GpuError) -> None:
-        if isinstance(exc, GpuLost | BoardChanged | BoardUnknown):
+    def _noted(self, exc: GpuError) -> None:
+        if needs_rediscovery(exc):
             self.rediscover = True
+
+    def _guarded(self, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except GpuError as exc:
+            self._noted(exc)
+            raise gpu_failure(exc) from None
 
     # -- applying -----------------------------------------------------------------------------
 
@@ -150,25 +127,29 @@ class GpuGovernor:
                 why = why_not_expressible(device.clocks, preset)
                 outcomes.append(SettingOutcome(board, ControlResult.UNSUPPORTED, detail=why))
                 continue
-            outcomes.append(self._set(setting, target.value, reassert))
+            outcomes.append(self.writer.apply(setting, target.value, reassert=reassert))
         return outcomes
 
-    def _setting(self, device: GpuDevice) -> _Setting | None:
+    def _setting(self, device: GpuDevice) -> Setting | None:
         mechanism = device.clocks.mechanism
         if mechanism is ClockMechanism.NVML:
             index = device.index
-            return _Setting(
+            return Setting(
                 gpu_key(device.board_id, LOCKED_CLOCKS_MHZ),
-                lambda: self._read_lock(index),
-                lambda value: self._write_lock(index, value),
-                lambda: check_identity(self._adapter(index), device),
+                lambda: self._guarded(lambda: self._read_lock(index)),
+                lambda value: self._guarded(lambda: self._write_lock(index, value)),
+                check=lambda: self._guarded(lambda: check_identity(self._adapter(index), device)),
+                unread_value=UNLOCKED,
+                unread_detail=UNREADABLE_LOCK,
             )
         path = device.performance_level_file
         if mechanism is ClockMechanism.SYSFS and path is not None:
-            return _Setting(
+            return Setting(
                 gpu_key(device.board_id, PERFORMANCE_LEVEL),
-                lambda: read_performance_level(self.sysfs, path),
-                lambda value: write_performance_level(self.sysfs, path, value),
+                lambda: self._guarded(lambda: read_performance_level(self.sysfs, path)),
+                lambda value: self._guarded(
+                    lambda: write_performance_level(self.sysfs, path, value)
+                ),
             )
         return None
 
@@ -197,84 +178,6 @@ class GpuGovernor:
             nvml.reset_locked_gpu_clocks(index)
         else:
             nvml.set_locked_gpu_clocks(index, *pair)
-
-    def _set(self, setting: _Setting, target: str, reassert: bool) -> SettingOutcome:
-        key = setting.key
-        try:
-            setting.check()
-            observed = setting.read()
-        except GpuError as exc:
-            self._failed(exc)
-            return SettingOutcome(key, gpu_result(exc), target, detail=str(exc))
-        last = self._last_written.get(key)
-        facts = ControlFacts(
-            target=target,
-            observed=observed,
-            last_written=last,
-            reassert=reassert,
-            dry_run=self.dry_run,
-        )
-        if observed is None:
-            # No reading (NVML locks): what is in force is what the agent last wrote, else the
-            # recorded baseline's "unlocked" when the agent never wrote it, else unknown.
-            assumed = last
-            if assumed is None and key not in self.baseline:
-                assumed = UNLOCKED
-            if assumed == target:
-                if last is not None:  # written earlier by the agent: as the write reported it
-                    result = ControlResult.APPLIED_UNVERIFIED
-                    return SettingOutcome(key, result, target, detail=UNREADABLE_LOCK)
-                return SettingOutcome(
-                    key, ControlResult.EQUIVALENT, target, detail="no lock of the agent's in force"
-                )
-            decision = WriteDecision.WRITE
-        else:
-            decision = decide_write(target, observed, last, reassert=reassert)
-        if decision is not WriteDecision.WRITE or self.dry_run:
-            detail = {
-                WriteDecision.CONTENDED: f"changed by another writer to {observed}",
-                WriteDecision.EQUIVALENT: "",
-            }.get(decision, "dry run")
-            return SettingOutcome(key, control_result(facts), target, observed, detail=detail)
-        try:
-            recorded = self.baseline.record(key, observed if observed is not None else UNLOCKED)
-        except BaselineError as exc:
-            result = control_result(_with(facts, failure=Failure.OTHER))
-            return SettingOutcome(key, result, target, observed, detail=f"not written: {exc}")
-        try:
-            setting.write(target)
-        except GpuError as exc:
-            self._failed(exc)
-            # Refused: forget the entry just recorded only while the setting still reads as it
-            # did, so that a value the write changed after all is still put back.
-            if recorded and self._unchanged(setting, observed):
-                self.baseline.forget([key])
-            log.warning("gpu.clock_write_failed", key=key, value=target, error=str(exc))
-            return SettingOutcome(key, gpu_result(exc, facts), target, observed, detail=str(exc))
-        self._last_written[key] = target
-        read_back = self._try_read(setting)
-        result = control_result(_with(facts, written=True, read_back=read_back))
-        detail = "" if read_back is not None else UNREADABLE_LOCK
-        if result is ControlResult.DRIFT:
-            detail = f"wrote {target}, reads {read_back}"
-            log.warning("gpu.clock_drift", key=key, wrote=target, reads=read_back)
-        return SettingOutcome(key, result, target, observed, read_back, detail)
-
-    @staticmethod
-    def _unchanged(setting: _Setting, observed: str | None) -> bool:
-        """Whether a setting reads as it did before a refused write: the same value, or, for one
-        that could not be read before (NVML locks), still nothing readable."""
-        try:
-            return setting.read() == observed
-        except GpuError:
-            return False
-
-    @staticmethod
-    def _try_read(setting: _Setting) -> str | None:
-        try:
-            return setting.read()
-        except GpuError:
-            return None
 
     # -- restoring ----------------------------------------------------------------------------
 
@@ -307,31 +210,7 @@ class GpuGovernor:
             detail = f"{why}; its baseline is kept"
             return SettingOutcome(key, ControlResult.ERROR, value, detail=detail)
         self._orphans.discard(key)
-        facts = ControlFacts(restoring=True, target=value, dry_run=self.dry_run)
-        try:
-            setting.check()
-            observed = setting.read()
-        except GpuError as exc:
-            self._failed(exc)
-            return SettingOutcome(key, gpu_result(exc, facts), value, detail=str(exc))
-        if observed is None and self._last_written.get(key) == value:
-            observed = value  # the agent's own last write was the baseline
-        facts = _with(facts, observed=observed)
-        if observed == value or self.dry_run:
-            if observed == value:
-                self._last_written.pop(key, None)
-            return SettingOutcome(key, control_result(facts), value, observed)
-        try:
-            setting.write(value)
-        except GpuError as exc:
-            self._failed(exc)
-            log.warning("gpu.clock_not_restored", key=key, value=value, error=str(exc))
-            return SettingOutcome(key, gpu_result(exc, facts), value, observed, detail=str(exc))
-        self._last_written.pop(key, None)
-        read_back = self._try_read(setting)
-        result = control_result(_with(facts, written=True, read_back=read_back))
-        detail = f"wrote {value}, reads {read_back}" if result is ControlResult.DRIFT else ""
-        return SettingOutcome(key, result, value, observed, read_back, detail)
+        return self.writer.restore(setting, value)
 
 
 def _is_clock_key(key: str) -> bool:

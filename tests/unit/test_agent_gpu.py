@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from joulie.agent.gpu_control import CapIntent, GpuCapOutcome, apply_gpu_cap, apply_gpu_caps
+from joulie.agent.baseline import Baseline
+from joulie.agent.gpu_control import GpuControl
 from joulie.agent.gpu_discovery import (
     GpuBackendKind,
     GpuDiscovery,
@@ -32,7 +33,9 @@ from joulie.agent.nvml import (
     NvmlAdapter,
     PynvmlAdapter,
 )
+from joulie.agent.outcomes import SettingOutcome
 from joulie.agent.sysfs import Sysfs
+from joulie.api.enums import ControlResult
 from joulie.hardware.catalog import Catalog
 from tests.support.fake_nvml import (
     FakeNvml,
@@ -45,6 +48,7 @@ from tests.support.fake_sysfs import FakeSysfs
 from tests.support.sysfs_trees import amd_board, drm_card, mi300x_node, pci_device
 
 CATALOG = Catalog.load()
+R = ControlResult
 
 
 @pytest.fixture
@@ -57,8 +61,25 @@ def discovered(nvml: NvmlAdapter | None, tree: Sysfs, **kwargs: Any) -> GpuDisco
     return discover_gpus(nvml, tree, **kwargs)
 
 
-def outcomes(results: tuple[Any, ...]) -> list[GpuCapOutcome]:
-    return [r.outcome for r in results]
+def control(nvml: NvmlAdapter | None, tree: FakeSysfs) -> GpuControl:
+    return GpuControl(nvml, tree, Baseline(tree.root / "agent-state", "boot"))
+
+
+def capped(
+    found: GpuDiscovery,
+    nvml: NvmlAdapter | None,
+    tree: FakeSysfs,
+    watts: float | None = None,
+    pct: float | None = None,
+    *,
+    ctl: GpuControl | None = None,
+) -> tuple[SettingOutcome, ...]:
+    """What capping every board through the agent's control (baseline kept) did, per board."""
+    return (ctl or control(nvml, tree)).apply_cap(found, watts, pct).settings
+
+
+def outcomes(results: tuple[SettingOutcome, ...]) -> list[ControlResult]:
+    return [r.result for r in results]
 
 
 # --- NVIDIA discovery --------------------------------------------------------------------------
@@ -163,99 +184,110 @@ def test_a_node_without_gpus_says_so(tree: FakeSysfs) -> None:
 
 def test_a_cap_is_written_in_milliwatts_and_read_back(tree: FakeSysfs) -> None:
     nvml = normal_node(4)
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=312.5), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED] * 4
+    results = capped(discovered(nvml, tree), nvml, tree, 312.5)
+    assert outcomes(results) == [R.APPLIED] * 4
     assert nvml.set_calls() == [(i, (312_500,)) for i in range(4)]
-    assert all(r.read_back_watts == 312.5 and r.written and not r.clamped for r in results)
-    assert all(r.before_watts == 700.0 for r in results)
-    assert [r.uuid for r in results] == [g.uuid for g in nvml.gpus]
+    assert all(r.read_back == "312500" and r.observed == "700000" for r in results)
+    assert [r.key for r in results] == [f"gpu/{g.uuid}/power-limit-mw" for g in nvml.gpus]
 
 
 @pytest.mark.parametrize(
-    ("intent", "milliwatts", "clamped"),
+    ("watts", "pct", "milliwatts"),
     [
-        (CapIntent(watts=900), 700_000, True),
-        (CapIntent(watts=50), 200_000, True),
-        (CapIntent(pct_of_max=60), 420_000, False),
-        (CapIntent(pct_of_max=10), 200_000, True),
-        (CapIntent(watts=240, pct_of_max=60), 240_000, False),
+        (900, None, 700_000),
+        (50, None, 200_000),
+        (None, 60, 420_000),
+        (None, 10, 200_000),
+        (240, 60, 240_000),
     ],
 )
 def test_requests_are_resolved_then_clamped_to_the_board_range(
-    tree: FakeSysfs, intent: CapIntent, milliwatts: int, clamped: bool
+    tree: FakeSysfs, watts: float | None, pct: float | None, milliwatts: int
 ) -> None:
     nvml = normal_node(2)
     for gpu in nvml.gpus:
         gpu.limit_mw = 333_000  # so that every target is a change
-    results = apply_gpu_caps(discovered(nvml, tree), intent, nvml=nvml, sysfs=tree)
+    results = capped(discovered(nvml, tree), nvml, tree, watts, pct)
     assert nvml.set_calls() == [(0, (milliwatts,)), (1, (milliwatts,))]
-    assert outcomes(results) == [GpuCapOutcome.APPLIED] * 2
-    assert all(r.clamped is clamped and r.target_watts == milliwatts / 1000 for r in results)
+    assert outcomes(results) == [R.APPLIED] * 2
+    assert all(r.target == str(milliwatts) for r in results)
 
 
 def test_a_limit_already_in_force_is_not_written_again(tree: FakeSysfs) -> None:
     nvml = normal_node(2)
     found = discovered(nvml, tree)
-    apply_gpu_caps(found, CapIntent(watts=400), nvml=nvml, sysfs=tree)
-    again = apply_gpu_caps(found, CapIntent(watts=400), nvml=nvml, sysfs=tree)
-    assert outcomes(again) == [GpuCapOutcome.APPLIED] * 2
-    assert not any(r.written for r in again)
+    ctl = control(nvml, tree)
+    capped(found, nvml, tree, 400, ctl=ctl)
+    again = capped(found, nvml, tree, 400, ctl=ctl)
+    assert outcomes(again) == [R.EQUIVALENT] * 2
     assert len(nvml.set_calls()) == 2  # the first pass only
 
 
 def test_an_intent_without_a_usable_cap_writes_nothing(tree: FakeSysfs) -> None:
     nvml = normal_node(1)
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.NOT_APPLIED]
-    assert nvml.calls == []
+    for watts in (None, float("nan"), -5.0, 0.0):
+        assert control(nvml, tree).apply_cap(discovered(nvml, tree), watts, None).result is None
+    assert nvml.set_calls() == []
 
 
 def test_read_back_that_differs_is_drift(tree: FakeSysfs) -> None:
     nvml = normal_node(2)
     nvml.gpus[1].held_limit_mw = 500_000  # another limiter puts its own value back
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED, GpuCapOutcome.DRIFT]
-    assert results[1].read_back_watts == 500.0
-    assert results[1].written
-    assert "500" in results[1].detail
+    results = capped(discovered(nvml, tree), nvml, tree, 300)
+    assert outcomes(results) == [R.APPLIED, R.DRIFT]
+    assert results[1].read_back == "500000"
+    assert "wrote 300 W, reads 500 W" in results[1].detail
+
+
+class _UnreadableOnceSet(FakeNvml):
+    """A board whose limit reads until the agent's write and not after it."""
+
+    def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
+        super().set_power_limit_mw(index, milliwatts)
+        self.gpus[index].limit_readable = False
 
 
 def test_a_limit_that_cannot_be_read_back_is_applied_unverified(tree: FakeSysfs) -> None:
+    nvml = _UnreadableOnceSet(normal_node(1).gpus)
+    results = capped(discovered(nvml, tree), nvml, tree, 300)
+    assert outcomes(results) == [R.APPLIED_UNVERIFIED]
+    assert results[0].read_back is None
+    assert nvml.gpus[0].limit_mw == 300_000
+
+
+def test_a_limit_that_cannot_be_read_is_not_written(tree: FakeSysfs) -> None:
     nvml = normal_node(1)
     found = discovered(nvml, tree)
     nvml.gpus[0].limit_readable = False
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED_UNVERIFIED]
-    assert results[0].written
-    assert results[0].read_back_watts is None
-    assert nvml.gpus[0].limit_mw == 300_000
+    results = capped(found, nvml, tree, 300)
+    assert outcomes(results) == [R.NOT_APPLIED]  # it could not be put back
+    assert "cannot be read" in results[0].detail
+    assert nvml.set_calls() == []
 
 
 def test_no_permission_is_refused_and_not_retried_once_known(tree: FakeSysfs) -> None:
     nvml = no_permission_node(4)
     found = discovered(nvml, tree)
     assert found.control_available  # discovery does not write, so it cannot know yet
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.REFUSED] * 4
+    ctl = control(nvml, tree)
+    results = capped(found, nvml, tree, 300, ctl=ctl)
+    assert outcomes(results) == [R.REFUSED] * 4
     assert all(g.limit_mw == 700_000 for g in nvml.gpus)
     assert len(nvml.set_calls()) == 4
+    assert ctl.baseline.entries() == {}  # nothing changed, nothing to put back
 
-    refused = {r.index for r in results if r.outcome is GpuCapOutcome.REFUSED}
-    again = discovered(nvml, tree, refused=refused)
+    again = discovered(nvml, tree, refused=ctl.refused())
     assert not again.control_available
     assert all(d.monitor_only is MonitorOnly.NO_PERMISSION for d in again.devices)
     assert any("may not set" in w for w in again.warnings)
-    assert (
-        outcomes(apply_gpu_caps(again, CapIntent(watts=300), nvml=nvml, sysfs=tree))
-        == [GpuCapOutcome.REFUSED] * 4
-    )
+    assert outcomes(capped(again, nvml, tree, 300, ctl=ctl)) == [R.REFUSED] * 4
     assert len(nvml.set_calls()) == 4  # nothing new attempted
 
 
 def test_not_supported_limits_are_unsupported_without_a_write(tree: FakeSysfs) -> None:
     nvml = limits_not_supported_node(2)
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=200), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.UNSUPPORTED] * 2
+    results = capped(discovered(nvml, tree), nvml, tree, 200)
+    assert outcomes(results) == [R.UNSUPPORTED] * 2
     assert nvml.calls == []
 
 
@@ -263,8 +295,8 @@ def test_a_set_the_board_answers_not_supported_is_unsupported(tree: FakeSysfs) -
     nvml = normal_node(2)
     nvml.fail["set_power_limit_mw", 0] = GpuNotSupported("Not Supported", code=3)
     nvml.fail["set_power_limit_mw", 1] = GpuInvalidArgument("Invalid Argument", code=2)
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.UNSUPPORTED, GpuCapOutcome.ERROR]
+    results = capped(discovered(nvml, tree), nvml, tree, 300)
+    assert outcomes(results) == [R.UNSUPPORTED, R.ERROR]
 
 
 def test_a_board_lost_mid_run_is_an_error_and_the_others_are_still_capped(
@@ -274,28 +306,29 @@ def test_a_board_lost_mid_run_is_an_error_and_the_others_are_still_capped(
     found = discovered(nvml, tree)
     assert found.control_available
     nvml.lose(2)
-    results = apply_gpu_caps(found, CapIntent(watts=350), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [
-        GpuCapOutcome.APPLIED,
-        GpuCapOutcome.APPLIED,
-        GpuCapOutcome.ERROR,
-        GpuCapOutcome.APPLIED,
-    ]
+    ctl = control(nvml, tree)
+    results = capped(found, nvml, tree, 350, ctl=ctl)
+    assert outcomes(results) == [R.APPLIED, R.APPLIED, R.ERROR, R.APPLIED]
     assert "lost" in results[2].detail.lower()
+    assert ctl.needs_rediscovery()
     assert [g.limit_mw for g in nvml.gpus] == [350_000, 350_000, 700_000, 350_000]
 
 
 def test_restoring_per_board_baselines_goes_through_the_same_path(tree: FakeSysfs) -> None:
     nvml = normal_node(4)
+    nvml.gpus[2].limit_mw = 650_000
     found = discovered(nvml, tree)
-    baseline = {d.index: CapIntent(watts=d.current_cap_watts) for d in found.devices}
-    apply_gpu_caps(found, CapIntent(watts=250), nvml=nvml, sysfs=tree)
-    restored = apply_gpu_caps(found, {0: baseline[0], 3: baseline[3]}, nvml=nvml, sysfs=tree)
-    assert [(r.index, r.outcome, r.read_back_watts) for r in restored] == [
-        (0, GpuCapOutcome.APPLIED, 700.0),
-        (3, GpuCapOutcome.APPLIED, 700.0),
+    ctl = control(nvml, tree)
+    capped(found, nvml, tree, 250, ctl=ctl)
+    restored = ctl.restore_cap(found).settings
+    assert [(r.result, r.read_back) for r in restored] == [
+        (R.RESTORED, "700000"),
+        (R.RESTORED, "700000"),
+        (R.RESTORED, "650000"),
+        (R.RESTORED, "700000"),
     ]
-    assert [g.limit_mw for g in nvml.gpus] == [700_000, 250_000, 250_000, 700_000]
+    assert [g.limit_mw for g in nvml.gpus] == [700_000, 700_000, 650_000, 700_000]
+    assert ctl.baseline.entries() == {}
 
 
 # --- the pynvml adapter ------------------------------------------------------------------------
@@ -425,14 +458,14 @@ def test_amd_boards_are_found_from_drm_with_ranges_in_watts(tree: FakeSysfs) -> 
 def test_amd_caps_are_written_in_whole_watts_as_microwatts(tree: FakeSysfs) -> None:
     hwmons = mi300x_node(tree)
     found = discovered(None, tree)
-    results = apply_gpu_caps(found, CapIntent(watts=500.4), nvml=None, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED] * 2
+    results = capped(found, None, tree, 500.4)
+    assert outcomes(results) == [R.APPLIED] * 2
     assert tree.writes == [(f"{h}/power1_cap", "500000000") for h in hwmons]
-    assert [r.read_back_watts for r in results] == [500.0, 500.0]
+    assert [r.read_back for r in results] == ["500000000"] * 2
 
     tree.writes.clear()
-    above = apply_gpu_caps(found, CapIntent(watts=1000), nvml=None, sysfs=tree)
-    assert all(r.clamped and r.outcome is GpuCapOutcome.APPLIED for r in above)
+    above = capped(found, None, tree, 1000)
+    assert outcomes(above) == [R.APPLIED] * 2
     assert tree.writes == [(f"{h}/power1_cap", "750000000") for h in hwmons]
     assert tree.read_int(f"{hwmons[0]}/power1_cap") == 750_000_000
 
@@ -442,8 +475,8 @@ def test_amd_refusals_are_told_apart(tree: FakeSysfs) -> None:
     found = discovered(None, tree)
     tree.refuse(f"{hwmons[0]}/power1_cap", errno.EACCES)
     tree.refuse(f"{hwmons[1]}/power1_cap", errno.EINVAL)
-    results = apply_gpu_caps(found, CapIntent(watts=400), nvml=None, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.REFUSED, GpuCapOutcome.ERROR]
+    results = capped(found, None, tree, 400)
+    assert outcomes(results) == [R.REFUSED, R.ERROR]
     assert tree.read_int(f"{hwmons[0]}/power1_cap") == 750_000_000
 
 
@@ -451,8 +484,8 @@ def test_an_amd_board_whose_files_vanish_is_an_error(tree: FakeSysfs) -> None:
     hwmons = mi300x_node(tree)
     found = discovered(None, tree)
     tree.path(f"{hwmons[1]}/power1_cap").unlink()  # the driver let go of it
-    results = apply_gpu_caps(found, CapIntent(watts=400), nvml=None, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED, GpuCapOutcome.ERROR]
+    results = capped(found, None, tree, 400)
+    assert outcomes(results) == [R.APPLIED, R.ERROR]
 
 
 def test_amd_boards_without_cap_files_are_monitor_only(tree: FakeSysfs) -> None:
@@ -467,8 +500,8 @@ def test_amd_boards_without_cap_files_are_monitor_only(tree: FakeSysfs) -> None:
     assert found.telemetry_available
     assert any("no power1_cap" in w for w in found.warnings)
     assert any("power1_cap_max" in w for w in found.warnings)
-    results = apply_gpu_caps(found, CapIntent(watts=200), nvml=None, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.UNSUPPORTED] * 2
+    results = capped(found, None, tree, 200)
+    assert outcomes(results) == [R.UNSUPPORTED] * 2
     assert tree.writes == []
 
 
@@ -489,8 +522,8 @@ def test_intel_discrete_gpus_are_monitor_only_and_integrated_ones_ignored(
     assert found.telemetry_available
     assert found.devices[0].monitor_only is MonitorOnly.NOT_SUPPORTED
     assert found.max_watts is None
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=None, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.UNSUPPORTED]
+    results = capped(found, None, tree, 300)
+    assert outcomes(results) == [R.UNSUPPORTED]
     assert tree.writes == []
 
 
@@ -508,12 +541,14 @@ def test_a_cap_is_not_written_to_an_index_that_holds_another_board(tree: FakeSys
     nvml = normal_node(2)
     found = discovered(nvml, tree)
     nvml.gpus.reverse()  # renumbered after a driver reload
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.ERROR] * 2
-    assert all(r.rediscover and "renumbered" in r.detail for r in results)
+    ctl = control(nvml, tree)
+    results = capped(found, nvml, tree, 300, ctl=ctl)
+    assert outcomes(results) == [R.ERROR] * 2
+    assert ctl.needs_rediscovery()
+    assert all("renumbered" in r.detail for r in results)
     nvml.gpus.pop()  # and then one is gone
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.ERROR] * 2
+    results = capped(found, nvml, tree, 300, ctl=ctl)
+    assert outcomes(results) == [R.ERROR] * 2
     assert "holds no board" in results[1].detail
     assert nvml.calls == []
 
@@ -522,9 +557,9 @@ def test_a_board_whose_uuid_is_unknown_is_not_written(tree: FakeSysfs) -> None:
     nvml = normal_node(2)
     nvml.fail["uuid", 1] = GpuUnavailable("GPU 1: uuid: Unknown Error", code=999)
     found = discovered(nvml, tree)
-    results = apply_gpu_caps(found, CapIntent(watts=300), nvml=nvml, sysfs=tree)
+    results = capped(found, nvml, tree, 300)
     assert nvml.set_calls() == [(0, (300_000,))]
-    assert outcomes(results) == [GpuCapOutcome.APPLIED, GpuCapOutcome.ERROR]
+    assert outcomes(results) == [R.APPLIED, R.ERROR]
     assert "board identity unknown: not written" in results[1].detail
     assert [d.identity_known for d in found.devices] == [True, False]
     assert found.board("1") is None  # an index key never matches it
@@ -532,20 +567,20 @@ def test_a_board_whose_uuid_is_unknown_is_not_written(tree: FakeSysfs) -> None:
 
 def test_restoring_tries_a_board_blocked_only_by_a_refused_write(tree: FakeSysfs) -> None:
     nvml = normal_node(1)
-    nvml.gpus[0].limit_mw = 300_000
-    device = discovered(nvml, tree, refused={0}).devices[0]
-    assert device.monitor_only is MonitorOnly.NO_PERMISSION
-    intent = CapIntent(watts=700)
-    blocked = apply_gpu_cap(device, intent, nvml=nvml, sysfs=tree)
-    assert (blocked.outcome, nvml.calls) == (GpuCapOutcome.REFUSED, [])
-    restored = apply_gpu_cap(device, intent, nvml=nvml, sysfs=tree, restoring=True)
-    assert restored.outcome is GpuCapOutcome.APPLIED
+    nvml.gpus[0].limit_mw = 300_000  # the agent's earlier cap, before a write was refused
+    found = discovered(nvml, tree, refused={0})
+    assert found.devices[0].monitor_only is MonitorOnly.NO_PERMISSION
+    ctl = control(nvml, tree)
+    entry = f"gpu/{nvml.gpus[0].uuid}/power-limit-mw"
+    ctl.baseline.record(entry, 700_000)
+    assert outcomes(capped(found, nvml, tree, 250, ctl=ctl)) == [R.REFUSED]
+    assert nvml.calls == []
+    assert outcomes(ctl.restore_cap(found).settings) == [R.RESTORED]
     assert nvml.gpus[0].limit_mw == 700_000
 
-    lost = replace(device, monitor_only=MonitorOnly.LOST)
-    assert apply_gpu_cap(lost, intent, nvml=nvml, sysfs=tree, restoring=True).outcome is (
-        GpuCapOutcome.ERROR
-    )
+    ctl.baseline.record(entry, 650_000)
+    lost = replace(found, devices=(replace(found.devices[0], monitor_only=MonitorOnly.LOST),))
+    assert outcomes(ctl.restore_cap(lost).settings) == [R.ERROR]
     assert len(nvml.set_calls()) == 1
 
 
@@ -553,7 +588,6 @@ def test_a_limit_within_the_tolerance_of_the_target_is_not_written(tree: FakeSys
     nvml = normal_node(2)
     nvml.gpus[0].limit_mw = 300_400  # a driver's rounding of an earlier 300 W
     nvml.gpus[1].limit_mw = 301_001  # beyond a watt: another value
-    results = apply_gpu_caps(discovered(nvml, tree), CapIntent(watts=300), nvml=nvml, sysfs=tree)
-    assert outcomes(results) == [GpuCapOutcome.APPLIED] * 2
-    assert [r.written for r in results] == [False, True]
+    results = capped(discovered(nvml, tree), nvml, tree, 300)
+    assert outcomes(results) == [R.EQUIVALENT, R.APPLIED]
     assert nvml.set_calls() == [(1, (300_000,))]

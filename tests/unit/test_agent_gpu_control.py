@@ -181,8 +181,15 @@ def test_another_limiter_is_drift_then_contended_until_reasserted(
     ctl = control(nvml, tree, tmp_path / "state")
     gpus = found(nvml, tree)
     assert [s.result for s in ctl.apply_cap(gpus, 300, None).settings] == [R.APPLIED, R.DRIFT]
+    # The next pass reads what the write left: the same drift (the rule every setting follows,
+    # CPU files included), not another writer, and no write.
     second = ctl.apply_cap(gpus, 300, None)
-    assert [s.result for s in second.settings] == [R.EQUIVALENT, R.CONTENDED]
+    assert [s.result for s in second.settings] == [R.EQUIVALENT, R.DRIFT]
+    assert "wrote 300 W, reads 500 W" in second.message
+    # The limiter then moves to yet another value: that is another writer, left alone.
+    nvml.gpus[1].limit_mw = 450_000
+    third = ctl.apply_cap(gpus, 300, None)
+    assert [s.result for s in third.settings] == [R.EQUIVALENT, R.CONTENDED]
     assert len(nvml.set_calls()) == 2
     ctl.apply_cap(gpus, 300, None, reassert=True)
     assert nvml.set_calls()[-1] == (1, (300_000,))
