@@ -93,12 +93,6 @@ class GovernorControl(StrEnum):
     ALL = "all"
 
 
-class PolicyType(StrEnum):
-    STATIC_PARTITION = "static_partition"
-    QUEUE_AWARE_V1 = "queue_aware_v1"
-    RULE_SWAP_V1 = "rule_swap_v1"
-
-
 class NodePowerSource(StrEnum):
     """Where the controller manager reads each node's measured power (NODE_POWER_SOURCE)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie import __version__
-from joulie.api.enums import PolicyType
+from joulie.core.policies import PARAMETERS, POLICIES, Parameter, PolicyType, Reads
 from joulie.process.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
 from joulie.process.settings import ProcessSettings
 from joulie.settings import Loaded, Source, describe_value
@@ -72,11 +72,15 @@ def _parser() -> argparse.ArgumentParser:
         "whose profile would change",
     )
     plan.add_argument("--policy", choices=[p.value for p in PolicyType])
-    plan.add_argument("--hp-frac", type=float, help="static_partition: performance fraction")
+    for parameter in _PLAN_FLAGS:
+        plan.add_argument(
+            parameter.flag or "", dest=parameter.name, type=parameter.type, help=parameter.doc
+        )
     plan.add_argument(
         "--perf-pods",
         type=int,
-        help="queue_aware_v1 with --inventory: running + pending performance pods (default 0)",
+        help=f"{_demand_readers()} with --inventory: running + pending performance pods "
+        "(default 0)",
     )
     plan.add_argument("--output", choices=("table", "json"), default="table")
     plan.add_argument(
@@ -221,26 +225,26 @@ def _plan(args: argparse.Namespace) -> int:
     if refused:
         print(f"joulie: {refused}", file=sys.stderr)
         return EXIT_CONFIG
-    hp_frac = settings.static_hp_frac if args.hp_frac is None else args.hp_frac
-    if not 0 <= hp_frac <= 1:
-        print(f"joulie: --hp-frac={hp_frac} must be from 0 to 1", file=sys.stderr)
-        return EXIT_CONFIG
-    if args.perf_pods is None:
-        args.perf_pods = 0
-    if args.perf_pods < 0:
-        print("joulie: --perf-pods must be 0 or more", file=sys.stderr)
-        return EXIT_CONFIG
-    if args.timeout is None:
-        args.timeout = 15.0
-    if not args.timeout > 0:
-        print("joulie: --timeout must be more than 0 seconds", file=sys.stderr)
-        return EXIT_CONFIG
     # The command line overrides the environment; both plans then read the settings as the
-    # controller manager does.
-    overrides = {"STATIC_HP_FRAC": str(hp_frac)}
+    # controller manager does (a flag's value is judged as its variable would be).
+    flags = {ManagerSettings.env_name(p.name): p for p in _PLAN_FLAGS}
+    overrides = {
+        variable: str(getattr(args, p.name))
+        for variable, p in flags.items()
+        if getattr(args, p.name) is not None
+    }
     if args.policy:
         overrides["POLICY_TYPE"] = args.policy
-    plan_settings = ManagerSettings.from_env({**os.environ, **overrides}).settings
+    overridden = ManagerSettings.from_env({**os.environ, **overrides})
+    for problem in overridden.problems:
+        if problem.variable in overrides and problem.variable in flags:
+            flag = flags[problem.variable].flag
+            print(
+                f"joulie: {flag}={problem.value}: {problem.detail} (accepted: {problem.accepted})",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+    plan_settings = overridden.settings
     if args.live:
         import asyncio
 
@@ -276,6 +280,14 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+_PLAN_FLAGS: tuple[Parameter, ...] = tuple(p for p in PARAMETERS if p.flag)
+"""The policy parameters `joulie plan` takes as flags (each policy declares its own)."""
+
+
+def _demand_readers() -> str:
+    return " or ".join(kind.value for kind, p in POLICIES.items() if Reads.DEMAND in p.reads)
+
+
 def _plan_flag_problem(
     args: argparse.Namespace, env_policy: PolicyType, from_env: bool
 ) -> str | None:
@@ -286,16 +298,19 @@ def _plan_flag_problem(
     else:
         policy = env_policy
         chosen_by = "set by POLICY_TYPE" if from_env else "the default; choose one with --policy"
-    if args.hp_frac is not None and policy is not PolicyType.STATIC_PARTITION:
+    for parameter in _PLAN_FLAGS:
+        if getattr(args, parameter.name) is None or parameter in POLICIES[policy].parameters:
+            continue
+        owners = [kind.value for kind, p in POLICIES.items() if parameter in p.parameters]
         return (
-            f"--hp-frac applies only to the static_partition policy, not to {policy.value} "
-            f"({chosen_by})"
+            f"{parameter.flag} applies only to the {' or '.join(owners)} policy, not to "
+            f"{policy.value} ({chosen_by})"
         )
     if args.perf_pods is not None:
-        if policy is not PolicyType.QUEUE_AWARE_V1:
+        if Reads.DEMAND not in POLICIES[policy].reads:
             return (
-                f"--perf-pods applies only to the queue_aware_v1 policy, not to {policy.value} "
-                f"({chosen_by})"
+                f"--perf-pods applies only to the {_demand_readers()} policy, not to "
+                f"{policy.value} ({chosen_by})"
             )
         if args.live:
             return "--perf-pods does not apply with --live, which counts the cluster's own pods"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from joulie.api.enums import CpuGovernorPreset, GpuGovernorPreset
 from joulie.core.intents import CpuPresetChoice, GpuModelGovernor, GpuPresetChoice, IntentConfig
-from joulie.core.policy import PolicyInputs
+from joulie.core.policies import PolicyInputs
 from joulie.manager.settings import ManagerSettings
 
 
@@ -55,10 +55,6 @@ def intent_config(settings: ManagerSettings) -> IntentConfig:
 def policy_inputs(settings: ManagerSettings) -> PolicyInputs:
     return PolicyInputs(
         policy=settings.policy_type.value,
-        static_hp_frac=settings.static_hp_frac,
-        queue_hp_base_frac=settings.queue_hp_base_frac,
-        queue_hp_min=settings.queue_hp_min,
-        queue_hp_max=settings.queue_hp_max,
-        queue_perf_per_hp_node=settings.queue_perf_per_hp_node,
+        params=settings.policy_params(),
         reconcile_interval_s=settings.reconcile_interval,
     )

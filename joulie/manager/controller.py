@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import structlog
 
 from joulie.api.enums import SchedulableClass
-from joulie.core.policy import Plan
+from joulie.core.policies import Plan
 from joulie.kube.projections import SlimNode
 from joulie.kube.workqueue import WorkQueue, default_controller_rate_limiter, run_workers
 from joulie.kube.writes import NotPermitted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from joulie.core.policy import Plan, PlanNode, family_split
+from joulie.core.policies import Plan, PlanNode, family_split
 
 FAMILY_NODES = Gauge("joulie_policy_family_nodes", "Eligible nodes per hardware family", ["family"])
 FAMILY_PERFORMANCE = Gauge(

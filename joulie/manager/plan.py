@@ -1,7 +1,7 @@
 """`joulie plan`: what the policy would do, without writing anything.
 
 From a cluster inventory file it prints the per-family split of performance nodes and each
-node's profile, through the same `joulie.core.policy` functions the controller manager runs.
+node's profile, through the same `joulie.core.policies` functions the controller manager runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from joulie.api import keys
 from joulie.api.inventory import Inventory, NodeGroup
-from joulie.core.policy import Plan, PlanNode, family_split, plan
+from joulie.core.policies import Plan, PlanNode, family_split, plan
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.unknown_models import Kind, unknown_models, unknown_parts

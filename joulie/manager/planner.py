@@ -19,7 +19,7 @@ import structlog
 from joulie.api import keys
 from joulie.api.selector import parse_selector
 from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_twin_spec
-from joulie.core.policy import Plan, PlanNode, plan
+from joulie.core.policies import Plan, PlanNode, plan
 from joulie.core.twin import TwinHardware
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import HardwareView, hardware_view

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from joulie.api.base import Percent
 from joulie.api.enums import (
@@ -14,9 +22,9 @@ from joulie.api.enums import (
     GovernorControl,
     GpuGovernorPreset,
     NodePowerSource,
-    PolicyType,
 )
 from joulie.api.keys import DEFAULT_GPU_PRODUCT_LABEL_KEYS, MANAGED_LABEL, RESERVED_LABEL
+from joulie.core.policies import PARAMETERS, Parameter, PolicyType, parameter_problems
 from joulie.manager.lifecycle.settings import LifecycleSettings
 from joulie.settings import (
     EMPTY_IS_INVALID,
@@ -136,8 +144,8 @@ def model_preset_entry(
     return GpuGovernorModelPreset.model_validate(kept), warnings
 
 
-class ManagerSettings(LifecycleSettings):
-    role = "manager"
+class _NodesAndPolicy(LifecycleSettings):
+    """The manager's variables up to the choice of policy (the policies' own follow)."""
 
     # -- which nodes --------------------------------------------------------------------------
     node_selector: LabelSelectorText = f"{MANAGED_LABEL}=true"
@@ -150,17 +158,28 @@ class ManagerSettings(LifecycleSettings):
     """Time between full reconciles (events trigger extra ones); also the rule_swap_v1 phase."""
     policy_type: PolicyType = PolicyType.STATIC_PARTITION
     """How many nodes stay in performance: static_partition, queue_aware_v1 or rule_swap_v1
-    (debugging only)."""
-    static_hp_frac: Fraction01 = 0.5
-    """static_partition: fraction of eligible nodes kept in performance."""
-    queue_hp_base_frac: Fraction01 = 0.6
-    """queue_aware_v1: fraction of eligible nodes kept in performance without demand."""
-    queue_hp_min: Annotated[int, Field(ge=0)] = 1
-    """queue_aware_v1: lower bound of the performance node count."""
-    queue_hp_max: Annotated[int, Field(ge=0)] = 1_000_000
-    """queue_aware_v1: upper bound of the performance node count."""
-    queue_perf_per_hp_node: Annotated[int, Field(ge=1)] = 10
-    """queue_aware_v1: running or pending performance pods one performance node serves."""
+    (debugging only). Each policy's own variables (STATIC_HP_FRAC, QUEUE_*) follow."""
+
+
+def _policy_field(parameter: Parameter) -> tuple[Any, Any]:
+    bounds = Field(ge=parameter.minimum, le=parameter.maximum, description=parameter.doc)
+    return Annotated[parameter.type, bounds], parameter.default
+
+
+# Every registered policy's parameters are variables of the manager (STATIC_HP_FRAC, ...),
+# declared by the policy itself (joulie.core.policies), so a new policy adds none here.
+if TYPE_CHECKING:
+    _PolicyParameters = _NodesAndPolicy
+else:
+    _PolicyParameters = create_model(
+        "_PolicyParameters",
+        __base__=_NodesAndPolicy,
+        **{parameter.name: _policy_field(parameter) for parameter in PARAMETERS},
+    )
+
+
+class ManagerSettings(_PolicyParameters):
+    role = "manager"
 
     # -- caps ---------------------------------------------------------------------------------
     performance_cap_watts: Annotated[float, Field(ge=1)] = 5000.0
@@ -279,16 +298,17 @@ class ManagerSettings(LifecycleSettings):
     """The series label of FACILITY_RACK_POWER_METRIC that names the rack, matched against the
     nodes' joulie.io/rack label."""
 
+    def policy_params(self) -> dict[str, int | float]:
+        """Every registered policy's parameter, by name, as set."""
+        values: dict[str, int | float] = {p.name: getattr(self, p.name) for p in PARAMETERS}
+        return values
+
     def check(self) -> list[Problem]:
         problems = self.lifecycle_problems()
-        if self.queue_hp_max < self.queue_hp_min:
-            problems.append(
-                self.problem(
-                    "queue_hp_max",
-                    f"is below QUEUE_HP_MIN={self.queue_hp_min}",
-                    f"an integer >= QUEUE_HP_MIN ({self.queue_hp_min})",
-                )
-            )
+        problems.extend(
+            self.problem(p.parameter, p.detail, p.accepted)
+            for p in parameter_problems(self.policy_params())
+        )
         if self.node_power_source in RESERVED_POWER_SOURCES:
             problems.append(
                 self.problem(

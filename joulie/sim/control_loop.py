@@ -1,7 +1,7 @@
 """The controller manager and the node agents of the standalone engine, one reconcile at a time.
 
 Each reconcile does what the live manager does with the same ``core`` calls: the policy's plan
-(``core.policy.plan``) from the current power-profile labels and the performance pods running or
+(``core.policies.plan``) from the current power-profile labels and the performance pods running or
 pending; per node the downgrade guard, caps and governor presets (``core.intents.node_twin_spec``);
 the control request the agent sends for that spec (``core.enforcement.control_request``),
 applied to the virtual node as the simulator's control endpoint applies it; and the twin of
@@ -17,16 +17,17 @@ what the live manager computes from one reading per reconcile.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
 
-from joulie.api.enums import PolicyType, Profile, SchedulableClass
+from joulie.api.enums import Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import ControlRequest
 from joulie.core.enforcement import control_request
 from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
-from joulie.core.policy import PlanNode, PolicyInputs, plan, queue_hp_count
+from joulie.core.policies import PlanNode, PolicyInputs, Reads, plan, policy_of, values_of
 from joulie.core.power_model import Controls
 from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import filter_reason, terms_of
@@ -92,7 +93,9 @@ class ControlLoop:
         self.history = PowerHistory(window_s=trend_window_s)
         self.nodes = [_NodeState(last_w=float(w)) for w in cluster.node_w]
         self._plan_nodes: list[PlanNode] | None = None
-        self._planned_for: int | None = None
+        self._policy = policy_of(inputs.policy)
+        self._values = values_of(inputs.params)
+        self._planned_for: Hashable = None
         self._policy_name = ""
         self._recent: set[int] = set()
         """Nodes whose power moved within the trend window (their twins move every reconcile)."""
@@ -115,28 +118,22 @@ class ControlLoop:
 
     # --- the plan -----------------------------------------------------------------------
 
-    def _demand(self, perf_pods: int) -> int | None:
-        """What of the performance-pod count the policy reads: queue_aware_v1's node count
-        (``core.policy.queue_hp_count``); None for policies that ignore it."""
-        if self.inputs.policy != PolicyType.QUEUE_AWARE_V1:
+    def _demand(self, perf_pods: int) -> Hashable:
+        """What the performance-pod count comes to for the policy, as it declares
+        (``queue_aware_v1``: the node count it asks for); None for a policy that does not read
+        the demand."""
+        if Reads.DEMAND not in self._policy.reads or self._policy.demand is None:
             return None
-        i = self.inputs
-        return queue_hp_count(
-            len(self.fleet),
-            perf_pods,
-            i.queue_hp_base_frac,
-            i.queue_hp_min,
-            i.queue_hp_max,
-            i.queue_perf_per_hp_node,
-        )
+        return self._policy.demand(len(self.fleet), perf_pods, self._values)
 
     def _plan(self, perf_pods: int, t: float) -> set[int]:
-        """Ask the policy again if its inputs moved (the labels, or the node count the demand
-        asks for); the nodes whose planned profile changed."""
+        """Ask the policy again if what it reads moved (the demand as it counts it, or the
+        clock); the nodes whose planned profile changed. The labels it also reads only move
+        by its own plan here."""
         demand = self._demand(perf_pods)
         if (
             self._plan_nodes is not None
-            and self.inputs.policy != PolicyType.RULE_SWAP_V1
+            and Reads.CLOCK not in self._policy.reads
             and demand == self._planned_for
         ):
             return set()

@@ -37,7 +37,7 @@ from joulie.api.enums import SchedulableClass
 from joulie.api.inventory import Inventory
 from joulie.core.intents import IntentConfig
 from joulie.core.pod_power import PodDemand, pod_demand
-from joulie.core.policy import PolicyInputs
+from joulie.core.policies import PolicyInputs
 from joulie.core.score_table import ScoreTable
 from joulie.hardware.catalog import Catalog
 from joulie.sim.cluster import Cluster, Job

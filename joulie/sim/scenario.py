@@ -15,12 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from joulie.api.enums import GovernorControl, PolicyType
+from joulie.api.enums import GovernorControl
 from joulie.api.inventory import Inventory, load_inventory, parse_inventory
 from joulie.core.intents import IntentConfig
 from joulie.core.lifecycle import LifecycleConfig
 from joulie.core.lifecycle_limits import Limits
-from joulie.core.policy import PolicyInputs
+from joulie.core.policies import PARAMETERS, PolicyInputs, PolicyType, values_of
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Scenario, simulate
 from joulie.sim.fleet import group_throughputs
@@ -40,15 +40,10 @@ __all__ = [
 ]
 
 DEFAULT_POLICY = PolicyInputs(
-    policy=PolicyType.STATIC_PARTITION.value,
-    static_hp_frac=0.5,
-    queue_hp_base_frac=0.6,
-    queue_hp_min=1,
-    queue_hp_max=1_000_000,
-    queue_perf_per_hp_node=10,
-    reconcile_interval_s=60.0,
+    policy=PolicyType.STATIC_PARTITION.value, params=values_of({}), reconcile_interval_s=60.0
 )
-"""The controller manager's policy defaults (STATIC_HP_FRAC, QUEUE_HP_*, RECONCILE_INTERVAL)."""
+"""The controller manager's policy defaults (every policy's declared defaults and
+RECONCILE_INTERVAL)."""
 
 EMBEDDED_INVENTORIES = {
     "default": "default.yaml",
@@ -60,12 +55,8 @@ EMBEDDED_INVENTORIES = {
     "exp03-5k": "03-cluster-nodes-5k.yaml",
 }
 
-_POLICY_PARAMS = {
-    "static_hp_frac": float,
-    "queue_hp_base_frac": float,
-    "queue_hp_min": int,
-    "queue_hp_max": int,
-    "queue_perf_per_hp_node": int,
+_POLICY_PARAMS: dict[str, type] = {
+    **{parameter.name: parameter.type for parameter in PARAMETERS},
     "reconcile_interval_s": float,
 }
 _INTENT_PARAMS = {
@@ -177,10 +168,13 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
     config = IntentConfig()
     if spec.baseline != "A":
         kind = PolicyType.STATIC_PARTITION if spec.baseline == "B" else PolicyType.QUEUE_AWARE_V1
-        policy = dataclasses.replace(
-            DEFAULT_POLICY,
+        given = {k: v for k, v in params.items() if k in _POLICY_PARAMS}
+        policy = PolicyInputs(
             policy=kind.value,
-            **{k: v for k, v in params.items() if k in _POLICY_PARAMS},
+            params=values_of(given),
+            reconcile_interval_s=given.get(
+                "reconcile_interval_s", DEFAULT_POLICY.reconcile_interval_s
+            ),
         )
         config = dataclasses.replace(
             config,

@@ -20,7 +20,7 @@ from hack.cluster.runner import LocalCluster, free_port
 from hack.cluster.stages import RUN_DURATION_ANNOTATION
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
-from joulie.core.policy import PlanNode, performance_set, static_hp_count
+from joulie.core.policies import PlanNode, performance_set, static_hp_count
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.metrics import WRITE_VERBS

@@ -46,7 +46,7 @@ def test_environment_values_arrive_in_the_core_config() -> None:
     assert h100.eco is None
     assert config.gpu_governor_sustained_only_multi_gpu is True
     inputs = policy_inputs(settings)
-    assert (inputs.policy, inputs.queue_hp_max, inputs.reconcile_interval_s) == (
+    assert (inputs.policy, inputs.params["queue_hp_max"], inputs.reconcile_interval_s) == (
         "queue_aware_v1",
         40,
         30.0,

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joulie.api.enums import PolicyType, Profile
+from joulie.api.enums import Profile
 from joulie.api.inventory import load_inventory
-from joulie.core.policy import (
+from joulie.core.policies import (
     Plan,
     PlanNode,
     PolicyInputs,
+    PolicyType,
     family_split,
     performance_set,
     plan,
@@ -410,18 +411,10 @@ def inputs(policy: str, **overrides: float) -> PolicyInputs:
         "queue_hp_min": 0,
         "queue_hp_max": 1_000_000,
         "queue_perf_per_hp_node": 5,
-        "reconcile_interval_s": 60.0,
     }
     values.update(overrides)
-    return PolicyInputs(
-        policy=policy,
-        static_hp_frac=values["static_hp_frac"],
-        queue_hp_base_frac=values["queue_hp_base_frac"],
-        queue_hp_min=int(values["queue_hp_min"]),
-        queue_hp_max=int(values["queue_hp_max"]),
-        queue_perf_per_hp_node=int(values["queue_perf_per_hp_node"]),
-        reconcile_interval_s=values["reconcile_interval_s"],
-    )
+    interval = values.pop("reconcile_interval_s", 60.0)
+    return PolicyInputs(policy=policy, params=values, reconcile_interval_s=interval)
 
 
 CLUSTER = nodes_of({"gpu:h100": 12, "gpu:l40s": 6, "cpu:epyc": 2})

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from joulie.agent.settings import AgentSettings
-from joulie.api.enums import GovernorControl, NodePowerSource, PolicyType
+from joulie.api.enums import GovernorControl, NodePowerSource
+from joulie.core.policies import PolicyType
 from joulie.extender.settings import ExtenderSettings
 from joulie.manager.settings import ManagerSettings
 from joulie.process.settings import ProcessSettings
@@ -20,9 +21,13 @@ def test_defaults_follow_the_spec_and_upstream() -> None:
     assert loaded.problems == []
     assert loaded.warnings == []
     assert s.policy_type is PolicyType.STATIC_PARTITION
-    assert s.static_hp_frac == 0.5
-    assert s.queue_hp_base_frac == 0.6
-    assert (s.queue_hp_min, s.queue_hp_max, s.queue_perf_per_hp_node) == (1, 1_000_000, 10)
+    assert s.policy_params() == {
+        "static_hp_frac": 0.5,
+        "queue_hp_base_frac": 0.6,
+        "queue_hp_min": 1,
+        "queue_hp_max": 1_000_000,
+        "queue_perf_per_hp_node": 10,
+    }
     assert s.reconcile_interval == 60.0
     assert s.performance_cap_watts == 5000
     assert s.governor_control is GovernorControl.OFF
@@ -50,7 +55,7 @@ def test_environment_values_are_parsed_and_attributed() -> None:
     assert loaded.problems == []
     assert s.policy_type is PolicyType.QUEUE_AWARE_V1
     assert s.reconcile_interval == 90.0
-    assert s.static_hp_frac == 0.2
+    assert s.policy_params()["static_hp_frac"] == 0.2
     assert s.cpu_eco_cap_on_uncappable_gpu_nodes is True
     assert s.gpu_product_label_keys == ["a/b", "c/d"]
     assert s.gpu_model_caps_json["NVIDIA-H100"].max_cap_watts == 700
@@ -77,7 +82,7 @@ def test_every_problem_is_reported_at_once() -> None:
     assert "the value is not JSON" in by_var["GPU_MODEL_CAPS_JSON"].detail
     assert "duration" in by_var["RECONCILE_INTERVAL"].accepted
     # The rest of the settings are still usable (and defaulted where invalid).
-    assert loaded.settings.static_hp_frac == 0.5
+    assert loaded.settings.policy_params()["static_hp_frac"] == 0.5
     assert loaded.sources["STATIC_HP_FRAC"] == Source.DEFAULT_INVALID
 
 
@@ -134,7 +139,10 @@ def test_empty_gpu_preset_means_none() -> None:
     assert loaded.settings.gpu_eco_governor_preset == ""
     assert loaded.sources["GPU_ECO_GOVERNOR_PRESET"] == Source.ENVIRONMENT
     # For ordinary variables an empty value counts as unset.
-    assert ManagerSettings.from_env({"STATIC_HP_FRAC": ""}).settings.static_hp_frac == 0.5
+    assert (
+        ManagerSettings.from_env({"STATIC_HP_FRAC": ""}).settings.policy_params()["static_hp_frac"]
+        == 0.5
+    )
 
 
 def test_model_presets_keep_good_entries_and_warn_on_bad_ones() -> None:

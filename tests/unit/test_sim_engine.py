@@ -63,7 +63,16 @@ def test_the_cli_prints_the_same_json_twice(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("baseline", "perf_pods", "flags"),
     [
-        ("B", 0, ["--policy", "static_partition", "--hp-frac", str(DEFAULT_POLICY.static_hp_frac)]),
+        (
+            "B",
+            0,
+            [
+                "--policy",
+                "static_partition",
+                "--hp-frac",
+                str(DEFAULT_POLICY.params["static_hp_frac"]),
+            ],
+        ),
         ("C", 0, ["--policy", "queue_aware_v1", "--perf-pods", "0"]),
         ("C", 300, ["--policy", "queue_aware_v1", "--perf-pods", "300"]),
     ],
