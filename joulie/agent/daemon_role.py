@@ -18,8 +18,8 @@ import structlog
 from joulie.agent.baseline import Baseline
 from joulie.agent.cache import OwnNodeCache
 from joulie.agent.daemon import DaemonAgent
+from joulie.agent.gpu.nvml import GpuUnavailable, NvmlAdapter, PynvmlAdapter
 from joulie.agent.host_node import HostNode
-from joulie.agent.nvml import GpuUnavailable, NvmlAdapter, PynvmlAdapter
 from joulie.agent.settings import AgentSettings
 from joulie.agent.sysfs import Sysfs
 from joulie.hardware.catalog import Catalog

@@ -29,11 +29,11 @@ import structlog
 from joulie.agent.baseline import Baseline
 from joulie.agent.cpu_control import CPU_PREFIX, CpuControl
 from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_locks
-from joulie.agent.gpu_control import GpuControl
-from joulie.agent.gpu_discovery import GpuDiscovery, discover_gpus
+from joulie.agent.gpu.control import GpuControl
+from joulie.agent.gpu.discovery import GpuDiscovery, discover_gpus
+from joulie.agent.gpu.nvml import NvmlAdapter
 from joulie.agent.hardware_status import node_hardware_status
 from joulie.agent.host_power import PowerReading, PowerSampler
-from joulie.agent.nvml import NvmlAdapter
 from joulie.agent.outcomes import ComponentOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult

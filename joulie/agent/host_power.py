@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from joulie.agent.amd_gpu import read_power_uw, scan_drm_gpus
 from joulie.agent.cpu_discovery import CpuDiscovery
-from joulie.agent.gpu_discovery import GpuBackendKind, GpuDiscovery
-from joulie.agent.nvml import GpuError, NvmlAdapter
+from joulie.agent.gpu.discovery import GpuBackendKind, GpuDiscovery
+from joulie.agent.gpu.drm import read_power_uw, scan_drm_gpus
+from joulie.agent.gpu.nvml import GpuError, NvmlAdapter
 from joulie.agent.powercap_discovery import average_power_watts
 from joulie.agent.sysfs import Sysfs
 

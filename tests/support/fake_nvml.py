@@ -1,7 +1,7 @@
 """A fake NVML for the agent's GPU code: boards with realistic limits, kept as state, and the
 refusals a real node produces (limits not supported, no permission, a board lost mid-run).
 
-It implements :class:`joulie.agent.nvml.NvmlAdapter` in NVML's own units (mW, mJ, MHz). Every
+It implements :class:`joulie.agent.gpu.nvml.NvmlAdapter` in NVML's own units (mW, mJ, MHz). Every
 set call is logged in ``calls`` before it is judged, so a test sees attempts as well as effects.
 Figures of the scenarios are typical values of the named boards, not measurements.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from joulie.agent.nvml import (
+from joulie.agent.gpu.nvml import (
     ClockInfo,
     GpuError,
     GpuInvalidArgument,

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from joulie.agent.baseline import Baseline
-from joulie.agent.gpu_control import GpuControl
-from joulie.agent.gpu_discovery import (
+from joulie.agent.gpu.control import GpuControl
+from joulie.agent.gpu.discovery import (
     GpuBackendKind,
     GpuDiscovery,
     MonitorOnly,
     discover_gpus,
     gpu_hardware_status,
 )
-from joulie.agent.nvml import (
+from joulie.agent.gpu.nvml import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,

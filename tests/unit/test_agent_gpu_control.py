@@ -11,9 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from joulie.agent.baseline import BOOT_ID_PATH, Baseline, BaselineValue
-from joulie.agent.gpu_control import GpuControl
-from joulie.agent.gpu_discovery import GpuDiscovery, discover_gpus, gpu_hardware_status
-from joulie.agent.nvml import GpuInvalidArgument, GpuNotSupported, GpuUnavailable, NvmlAdapter
+from joulie.agent.gpu.control import GpuControl
+from joulie.agent.gpu.discovery import GpuDiscovery, discover_gpus, gpu_hardware_status
+from joulie.agent.gpu.nvml import GpuInvalidArgument, GpuNotSupported, GpuUnavailable, NvmlAdapter
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.api.nodehardware import GpuBaseline
 from joulie.hardware.catalog import Catalog

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie.agent.cpu_discovery import discover_cpu
-from joulie.agent.gpu_discovery import discover_gpus
+from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.hardware_status import node_hardware_status
 from joulie.api.base import ObjectMeta
 from joulie.api.crd import NODE_HARDWARE_CRD, crd_manifest

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from joulie.agent.cpu_discovery import discover_cpu
-from joulie.agent.gpu_discovery import discover_gpus
+from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.host_power import PowerSampler
 from tests.support import sysfs_trees as trees
 from tests.support.fake_nvml import normal_node

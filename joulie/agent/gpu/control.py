@@ -2,8 +2,8 @@
 
 :class:`GpuControl` takes the per-GPU cap and the governor preset of a NodeTwin spec and reports
 each as one :class:`~joulie.agent.outcomes.ComponentOutcome` (combined from one setting per
-board), and restores both. A board's limit (:mod:`joulie.agent.gpu_cap`) and its clocks
-(:class:`~joulie.agent.gpu_governor.GpuGovernor`) are written and restored through the agent's one
+board), and restores both. A board's limit (:mod:`joulie.agent.gpu.power_limit`) and its clocks
+(:class:`~joulie.agent.gpu.clocks.GpuGovernor`) are written and restored through the agent's one
 guarded write (:mod:`joulie.agent.guarded_write`).
 
 Before the first write to a board's limit, the limit in force is recorded in the
@@ -32,7 +32,10 @@ from dataclasses import replace
 import structlog
 
 from joulie.agent.baseline import Baseline, BaselineValue
-from joulie.agent.gpu_cap import (
+from joulie.agent.gpu.clocks import GpuGovernor
+from joulie.agent.gpu.discovery import GpuDevice, GpuDiscovery
+from joulie.agent.gpu.nvml import GpuError, GpuNoPermission, NvmlAdapter
+from joulie.agent.gpu.power_limit import (
     DEFAULT_TOLERANCE_WATTS,
     PowerLimit,
     blocked,
@@ -43,11 +46,8 @@ from joulie.agent.gpu_cap import (
     needs_rediscovery,
     power_limit,
 )
-from joulie.agent.gpu_discovery import GpuDevice, GpuDiscovery
-from joulie.agent.gpu_governor import GpuGovernor
-from joulie.agent.gpu_settings import CAP_SETTINGS, gpu_key, split_gpu_key
+from joulie.agent.gpu.settings import CAP_SETTINGS, gpu_key, split_gpu_key
 from joulie.agent.guarded_write import GuardedWriter, Setting
-from joulie.agent.nvml import GpuError, GpuNoPermission, NvmlAdapter
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
@@ -55,7 +55,7 @@ from joulie.core.caps import effective_cap
 
 __all__ = ["DEFAULT_TOLERANCE_WATTS", "GpuControl"]
 
-log = structlog.get_logger("joulie.agent.gpu_control")
+log = structlog.get_logger("joulie.agent.gpu.control")
 
 
 class GpuControl:

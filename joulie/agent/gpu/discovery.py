@@ -6,7 +6,7 @@ limit, whether its power can be measured and, when it cannot be capped, why. The
 figures NodeHardware reports are derived from the boards. :func:`gpu_hardware_status` turns the
 result into the NodeHardware ``status.gpu`` block, recognising the model against the catalog,
 with the clock governor block: the presets the boards can express
-(:mod:`joulie.agent.gpu_settings`) and the per-board baseline the agent holds.
+(:mod:`joulie.agent.gpu.settings`) and the per-board baseline the agent holds.
 
 A node is described by one vendor: NVIDIA boards first, then AMD, then Intel. Boards of another
 vendor on the same node are named in a warning and left alone.
@@ -32,22 +32,22 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeVar
 
-from joulie.agent.amd_gpu import DrmGpu, DrmVendor, scan_drm_gpus
 from joulie.agent.baseline import Baseline, BaselineValue
-from joulie.agent.gpu_settings import (
-    BoardClocks,
-    ClockBoard,
-    ClockMechanism,
-    board_id,
-    governor_status,
-)
-from joulie.agent.nvml import (
+from joulie.agent.gpu.drm import DrmGpu, DrmVendor, scan_drm_gpus
+from joulie.agent.gpu.nvml import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,
     GpuNoPermission,
     GpuNotSupported,
     NvmlAdapter,
+)
+from joulie.agent.gpu.settings import (
+    BoardClocks,
+    ClockBoard,
+    ClockMechanism,
+    board_id,
+    governor_status,
 )
 from joulie.agent.sysfs import Sysfs
 from joulie.api.nodehardware import GpuCapRange, GpuHardware

@@ -1,6 +1,6 @@
 """GPU governor presets on a node's boards, with the baseline kept and put back.
 
-A preset becomes one setting per board (:mod:`joulie.agent.gpu_settings`): NVML's locked
+A preset becomes one setting per board (:mod:`joulie.agent.gpu.settings`): NVML's locked
 graphics clocks, or amdgpu's ``power_dpm_force_performance_level``. Each is written and restored
 through the agent's one guarded write (:mod:`joulie.agent.guarded_write`), the way the CPU's files
 are. One board's failure never stops the others.
@@ -11,10 +11,10 @@ leaves, and what restoring (a reset) puts back. A lock an operator set by hand b
 started cannot be seen and is reset on restore; that is the price of NVML offering no reading. A
 lock the agent writes is reported ``applied-unverified``, and is not written again while this
 process knows it wrote that same lock. An adapter that can read locks back
-(:class:`~joulie.agent.nvml.LockedClocksReader`) is treated like a readable file.
+(:class:`~joulie.agent.gpu.nvml.LockedClocksReader`) is treated like a readable file.
 
 Before anything is read or written through NVML, the board's index is confirmed to hold the UUID
-discovery saw (:func:`~joulie.agent.gpu_discovery.check_identity`); a board whose UUID is unknown
+discovery saw (:func:`~joulie.agent.gpu.discovery.check_identity`); a board whose UUID is unknown
 is not touched. After a write the driver refused, the entry just recorded is dropped only when the
 setting reads as before (or, for a lock NVML cannot read, reads nothing, as before).
 """
@@ -26,16 +26,24 @@ from typing import TypeVar
 
 import structlog
 
-from joulie.agent.amd_gpu import read_performance_level, write_performance_level
 from joulie.agent.baseline import Baseline
-from joulie.agent.gpu_cap import gpu_failure, needs_rediscovery
-from joulie.agent.gpu_discovery import (
+from joulie.agent.gpu.discovery import (
     GpuDevice,
     GpuDiscovery,
     MonitorOnly,
     check_identity,
 )
-from joulie.agent.gpu_settings import (
+from joulie.agent.gpu.drm import read_performance_level, write_performance_level
+from joulie.agent.gpu.nvml import (
+    GpuError,
+    GpuInvalidArgument,
+    GpuNotSupported,
+    GpuUnavailable,
+    LockedClocksReader,
+    NvmlAdapter,
+)
+from joulie.agent.gpu.power_limit import gpu_failure, needs_rediscovery
+from joulie.agent.gpu.settings import (
     CLOCK_SETTINGS,
     LOCKED_CLOCKS_MHZ,
     PERFORMANCE_LEVEL,
@@ -48,14 +56,6 @@ from joulie.agent.gpu_settings import (
     why_not_expressible,
 )
 from joulie.agent.guarded_write import GuardedWriter, Setting
-from joulie.agent.nvml import (
-    GpuError,
-    GpuInvalidArgument,
-    GpuNotSupported,
-    GpuUnavailable,
-    LockedClocksReader,
-    NvmlAdapter,
-)
 from joulie.agent.outcomes import SettingOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
@@ -64,7 +64,7 @@ __all__ = ["UNREADABLE_LOCK", "GpuGovernor"]
 
 _T = TypeVar("_T")
 
-log = structlog.get_logger("joulie.agent.gpu_governor")
+log = structlog.get_logger("joulie.agent.gpu.clocks")
 
 UNREADABLE_LOCK = "the driver cannot read it back"
 """The detail of an NVML lock in force that cannot be read, the same at the write and after it,
@@ -91,7 +91,7 @@ class GpuGovernor:
         """Entries already reported as kept for a board that is not on the node."""
         self.rediscover = False
         """A board was found lost, renumbered or of unknown identity (see
-        :meth:`joulie.agent.gpu_control.GpuControl.needs_rediscovery`, which clears it)."""
+        :meth:`joulie.agent.gpu.control.GpuControl.needs_rediscovery`, which clears it)."""
 
     def _noted(self, exc: GpuError) -> None:
         if needs_rediscovery(exc):

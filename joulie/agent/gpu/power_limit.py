@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from joulie.agent.amd_gpu import read_cap_uw, write_cap_uw
-from joulie.agent.gpu_discovery import (
+from joulie.agent.gpu.discovery import (
     BoardChanged,
     BoardUnknown,
     GpuBackendKind,
@@ -30,9 +29,8 @@ from joulie.agent.gpu_discovery import (
     MonitorOnly,
     check_identity,
 )
-from joulie.agent.gpu_settings import POWER1_CAP_UW, POWER_LIMIT_MW, gpu_key
-from joulie.agent.guarded_write import Setting, SettingFailed
-from joulie.agent.nvml import (
+from joulie.agent.gpu.drm import read_cap_uw, write_cap_uw
+from joulie.agent.gpu.nvml import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,
@@ -40,6 +38,8 @@ from joulie.agent.nvml import (
     GpuNotSupported,
     NvmlAdapter,
 )
+from joulie.agent.gpu.settings import POWER1_CAP_UW, POWER_LIMIT_MW, gpu_key
+from joulie.agent.guarded_write import Setting, SettingFailed
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult
 from joulie.core.caps import effective_cap
@@ -171,7 +171,7 @@ class _Hwmon(PowerLimit):
 
 def power_limit(device: GpuDevice, *, nvml: NvmlAdapter | None, sysfs: Sysfs) -> PowerLimit:
     """The limit of a ranged board (:func:`blocked` says None); raises
-    :class:`~joulie.agent.nvml.GpuNotSupported` when nothing here can set it."""
+    :class:`~joulie.agent.gpu.nvml.GpuNotSupported` when nothing here can set it."""
     assert device.max_watts is not None  # only ranged boards get this far
     if device.backend is GpuBackendKind.NVML:
         if nvml is None:

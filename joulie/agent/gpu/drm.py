@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from joulie.agent.nvml import (
+from joulie.agent.gpu.nvml import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,
