@@ -18,7 +18,8 @@ import structlog
 from joulie.agent.baseline import Baseline
 from joulie.agent.cache import OwnNodeCache
 from joulie.agent.daemon import DaemonAgent
-from joulie.agent.gpu.nvml import GpuUnavailable, NvmlAdapter, PynvmlAdapter
+from joulie.agent.gpu.backends import GpuBackends
+from joulie.agent.gpu.nvidia import open_nvml
 from joulie.agent.host_node import HostNode
 from joulie.agent.settings import AgentSettings
 from joulie.agent.sysfs import Sysfs
@@ -34,17 +35,6 @@ WATCH_IDLE_MAX_S = 90.0
 STATE_LOCK_WAIT_S = 30.0
 """How long a starting agent waits for the previous one (restoring at its SIGTERM) to let go of
 the node's baseline."""
-
-
-def open_nvml() -> NvmlAdapter | None:
-    """An initialised NVML adapter, or None on a node without NVIDIA's driver or library."""
-    adapter = PynvmlAdapter()
-    try:
-        adapter.init()
-    except GpuUnavailable as exc:
-        log.info("NVML not available: NVIDIA GPUs, if any, are not managed", reason=str(exc))
-        return None
-    return adapter
 
 
 class DaemonRole:
@@ -79,7 +69,7 @@ class DaemonRole:
             sysfs,
             baseline,
             Catalog.load(),
-            nvml=open_nvml(),
+            gpus=GpuBackends.of(sysfs, open_nvml()),
             dry_run=settings.simulate_only,
             governor_writes=settings.governor_writes,
             discovery_interval_s=settings.discovery_interval,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from joulie.agent.baseline import Baseline
 from joulie.agent.cpu_discovery import CpuDiscovery
 from joulie.agent.cpu_hardware_status import cpu_hardware_status
-from joulie.agent.gpu.discovery import GpuDiscovery, gpu_hardware_status
+from joulie.agent.gpu.device import GpuDiscovery
+from joulie.agent.gpu.discovery import gpu_hardware_status
 from joulie.api.enums import DiscoveryQuality
 from joulie.api.nodehardware import Capabilities, NodeHardwareStatus, Quality
 from joulie.hardware.catalog import Catalog, overall_quality

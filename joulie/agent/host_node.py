@@ -29,9 +29,10 @@ import structlog
 from joulie.agent.baseline import Baseline
 from joulie.agent.cpu_control import CPU_PREFIX, CpuControl
 from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_locks
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.control import GpuControl
-from joulie.agent.gpu.discovery import GpuDiscovery, discover_gpus
-from joulie.agent.gpu.nvml import NvmlAdapter
+from joulie.agent.gpu.device import GpuDiscovery
+from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.hardware_status import node_hardware_status
 from joulie.agent.host_power import PowerReading, PowerSampler
 from joulie.agent.outcomes import ComponentOutcome
@@ -61,7 +62,7 @@ class HostNode:
         baseline: Baseline,
         catalog: Catalog,
         *,
-        nvml: NvmlAdapter | None,
+        gpus: GpuBackends,
         dry_run: bool,
         governor_writes: bool,
         discovery_interval_s: float,
@@ -70,14 +71,14 @@ class HostNode:
         self.sysfs = sysfs
         self.baseline = baseline
         self.catalog = catalog
-        self.nvml = nvml
+        self.gpus = gpus
         self.dry_run = dry_run
         self.governor_writes = governor_writes
         self.discovery_interval_s = discovery_interval_s
         self._clock = clock
         self.cpu_control = CpuControl(sysfs, baseline, dry_run=dry_run)
-        self.gpu_control = GpuControl(nvml, sysfs, baseline, dry_run=dry_run)
-        self.power = PowerSampler(sysfs, nvml, clock)
+        self.gpu_control = GpuControl(gpus, baseline, dry_run=dry_run)
+        self.power = PowerSampler(sysfs, gpus, clock)
         self.cpu: CpuDiscovery | None = None
         self.gpu: GpuDiscovery | None = None
         self._discovered_at: float | None = None
@@ -101,7 +102,7 @@ class HostNode:
         cpu = discover_cpu(self.sysfs)
         if not self.dry_run:
             cpu = probe_cpu_locks(self.sysfs, cpu)
-        gpu = discover_gpus(self.nvml, self.sysfs, refused=self.gpu_control.refused())
+        gpu = discover_gpus(self.gpus, refused=self.gpu_control.refused())
         if self.cpu is not None and (cpu.warnings, gpu.warnings) != (
             self.cpu.warnings,
             self.gpu.warnings if self.gpu else (),
@@ -275,11 +276,8 @@ class HostNode:
             self._close()
 
     def _close(self) -> None:
-        if self.nvml is not None:
-            try:
-                self.nvml.shutdown()
-            except Exception as exc:  # shutting down; nothing else to do about it
-                log.warning("nvml.shutdown_failed", error=str(exc))
+        for problem in self.gpus.close():
+            log.warning("gpu.close_failed", error=problem)
 
 
 def _isolated(key: str, step: Callable[[], ComponentOutcome]) -> ComponentOutcome:

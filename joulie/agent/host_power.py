@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from joulie.agent.cpu_discovery import CpuDiscovery
-from joulie.agent.gpu.discovery import GpuBackendKind, GpuDiscovery
-from joulie.agent.gpu.drm import read_power_uw, scan_drm_gpus
-from joulie.agent.gpu.nvml import GpuError, NvmlAdapter
+from joulie.agent.gpu.backends import GpuBackends
+from joulie.agent.gpu.device import GpuDiscovery
+from joulie.agent.gpu.errors import GpuError
 from joulie.agent.powercap_discovery import average_power_watts
 from joulie.agent.sysfs import Sysfs
 
@@ -43,9 +43,9 @@ class PowerReading:
 
 
 class PowerSampler:
-    def __init__(self, sysfs: Sysfs, nvml: NvmlAdapter | None, clock: Callable[[], float]) -> None:
+    def __init__(self, sysfs: Sysfs, gpus: GpuBackends, clock: Callable[[], float]) -> None:
         self.sysfs = sysfs
-        self.nvml = nvml
+        self.gpus = gpus
         self._clock = clock
         self._previous: dict[str, tuple[int, float]] = {}
         """Per energy file: the last reading and when it was taken."""
@@ -78,19 +78,13 @@ class PowerSampler:
 
     def _gpu(self, gpu: GpuDiscovery) -> dict[str, float]:
         watts: dict[str, float] = {}
-        drm = None
         for device in gpu.devices:
             if not device.telemetry:
                 continue
-            if device.backend is GpuBackendKind.NVML and self.nvml is not None:
-                try:
-                    watts[str(device.index)] = self.nvml.power_usage_mw(device.index) / 1000
-                except GpuError:
-                    continue
-            elif device.backend is GpuBackendKind.HWMON:
-                drm = drm if drm is not None else scan_drm_gpus(self.sysfs)
-                board = next((g for g in drm.gpus if g.hwmon == device.hwmon), None)
-                uw = read_power_uw(self.sysfs, board) if board is not None else None
-                if uw is not None:
-                    watts[str(device.index)] = uw / 1e6
+            try:
+                power = self.gpus.of_device(device).power_watts(device)
+            except GpuError:
+                continue
+            if power is not None:
+                watts[str(device.index)] = power
         return watts

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from joulie.agent.gpu.nvml import (
-    ClockInfo,
+from joulie.agent.gpu.errors import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,
@@ -19,6 +18,7 @@ from joulie.agent.gpu.nvml import (
     GpuNotSupported,
     GpuUnavailable,
 )
+from joulie.agent.gpu.nvml import ClockInfo
 
 __all__ = [
     "FakeGpu",

@@ -15,24 +15,19 @@ from typing import Any
 import pytest
 
 from joulie.agent.baseline import Baseline
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.control import GpuControl
-from joulie.agent.gpu.discovery import (
-    GpuBackendKind,
-    GpuDiscovery,
-    MonitorOnly,
-    discover_gpus,
-    gpu_hardware_status,
-)
-from joulie.agent.gpu.nvml import (
+from joulie.agent.gpu.device import GpuBackendKind, GpuDiscovery, MonitorOnly
+from joulie.agent.gpu.discovery import discover_gpus, gpu_hardware_status
+from joulie.agent.gpu.errors import (
     GpuError,
     GpuInvalidArgument,
     GpuLost,
     GpuNoPermission,
     GpuNotSupported,
     GpuUnavailable,
-    NvmlAdapter,
-    PynvmlAdapter,
 )
+from joulie.agent.gpu.nvml import NvmlAdapter, PynvmlAdapter
 from joulie.agent.outcomes import SettingOutcome
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult
@@ -58,11 +53,11 @@ def tree(tmp_path: Path) -> FakeSysfs:
 
 
 def discovered(nvml: NvmlAdapter | None, tree: Sysfs, **kwargs: Any) -> GpuDiscovery:
-    return discover_gpus(nvml, tree, **kwargs)
+    return discover_gpus(GpuBackends.of(tree, nvml), **kwargs)
 
 
 def control(nvml: NvmlAdapter | None, tree: FakeSysfs) -> GpuControl:
-    return GpuControl(nvml, tree, Baseline(tree.root / "agent-state", "boot"))
+    return GpuControl(GpuBackends.of(tree, nvml), Baseline(tree.root / "agent-state", "boot"))
 
 
 def capped(

@@ -11,9 +11,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from joulie.agent.baseline import BOOT_ID_PATH, Baseline, BaselineValue
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.control import GpuControl
-from joulie.agent.gpu.discovery import GpuDiscovery, discover_gpus, gpu_hardware_status
-from joulie.agent.gpu.nvml import GpuInvalidArgument, GpuNotSupported, GpuUnavailable, NvmlAdapter
+from joulie.agent.gpu.device import GpuDiscovery
+from joulie.agent.gpu.discovery import discover_gpus, gpu_hardware_status
+from joulie.agent.gpu.errors import GpuInvalidArgument, GpuNotSupported, GpuUnavailable
+from joulie.agent.gpu.nvml import NvmlAdapter
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.api.nodehardware import GpuBaseline
 from joulie.hardware.catalog import Catalog
@@ -44,11 +47,11 @@ def tree(tmp_path: Path) -> FakeSysfs:
 def control(
     nvml: NvmlAdapter | None, tree: FakeSysfs, state: Path, *, dry_run: bool = False
 ) -> GpuControl:
-    return GpuControl(nvml, tree, Baseline.load(state, tree), dry_run=dry_run)
+    return GpuControl(GpuBackends.of(tree, nvml), Baseline.load(state, tree), dry_run=dry_run)
 
 
 def found(nvml: NvmlAdapter | None, tree: FakeSysfs, ctl: GpuControl | None = None) -> GpuDiscovery:
-    return discover_gpus(nvml, tree, refused=ctl.refused() if ctl else ())
+    return discover_gpus(GpuBackends.of(tree, nvml), refused=ctl.refused() if ctl else ())
 
 
 def limits(nvml: FakeNvml) -> list[int | None]:
@@ -199,7 +202,7 @@ def test_a_baseline_that_cannot_be_stored_stops_the_write(tree: FakeSysfs, tmp_p
     blocked = tmp_path / "state"
     blocked.write_text("a file where the state directory should be")
     nvml = normal_node(2)
-    ctl = GpuControl(nvml, tree, Baseline(blocked, "boot"))
+    ctl = GpuControl(GpuBackends.of(tree, nvml), Baseline(blocked, "boot"))
     outcome = ctl.apply_cap(found(nvml, tree), 300, None)
     assert outcome.result is R.ERROR
     assert "not written" in outcome.message
@@ -417,7 +420,9 @@ def test_a_dry_run_writes_and_records_nothing(tree: FakeSysfs, tmp_path: Path) -
     amd_tree = FakeSysfs(tmp_path / "amd")
     hwmons = mi300x_node(amd_tree)
     before = [amd_tree.read(f"{h}/power1_cap") for h in hwmons]
-    amd = GpuControl(None, amd_tree, Baseline(tmp_path / "amd-state", "boot"), dry_run=True)
+    amd = GpuControl(
+        GpuBackends.of(amd_tree, None), Baseline(tmp_path / "amd-state", "boot"), dry_run=True
+    )
     amd_gpus = found(None, amd_tree)
     assert amd.apply_cap(amd_gpus, 400, None).result is R.NOT_APPLIED
     assert amd.apply_preset(amd_gpus, P.LOW, None, enabled=True).result is R.NOT_APPLIED

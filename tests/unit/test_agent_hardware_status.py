@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie.agent.cpu_discovery import discover_cpu
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.hardware_status import node_hardware_status
 from joulie.api.base import ObjectMeta
@@ -35,7 +36,9 @@ def test_an_intel_gpu_node_is_recognised_exactly(tmp_path: Path) -> None:
     fake = trees.intel_xeon_8260(tmp_path)
     nvml = normal_node(4, "h100")
     nvml.init()
-    status = node_hardware_status(discover_cpu(fake), discover_gpus(nvml, fake), CATALOG)
+    status = node_hardware_status(
+        discover_cpu(fake), discover_gpus(GpuBackends.of(fake, nvml)), CATALOG
+    )
     assert schema_errors(SCHEMA, published(status)) == []
     assert status.quality is not None
     assert status.quality.overall is DiscoveryQuality.EXACT
@@ -50,7 +53,9 @@ def test_an_intel_gpu_node_is_recognised_exactly(tmp_path: Path) -> None:
 
 def test_a_vm_is_published_without_control(tmp_path: Path) -> None:
     fake = trees.vm_without_power_interfaces(tmp_path)
-    status = node_hardware_status(discover_cpu(fake), discover_gpus(None, fake), CATALOG)
+    status = node_hardware_status(
+        discover_cpu(fake), discover_gpus(GpuBackends.of(fake, None)), CATALOG
+    )
     assert schema_errors(SCHEMA, published(status)) == []
     assert status.capabilities is not None
     assert status.capabilities.cpu_control is False

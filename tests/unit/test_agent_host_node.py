@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie.agent.baseline import BOOT_ID_PATH, Baseline
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.host_node import (
     CPU_CAP,
     CPU_GOVERNOR,
@@ -51,7 +52,7 @@ def host(
         fake,
         Baseline.load(state, fake),
         Catalog.load(),
-        nvml=nvml,
+        gpus=GpuBackends.of(fake, nvml),
         dry_run=dry_run,
         governor_writes=governor_writes,
         discovery_interval_s=600,

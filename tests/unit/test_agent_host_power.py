@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from joulie.agent.cpu_discovery import discover_cpu
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.host_power import PowerSampler
 from tests.support import sysfs_trees as trees
@@ -27,8 +28,8 @@ class Clock:
 def test_package_power_across_the_counter_wrap(tmp_path: Path) -> None:
     fake = trees.energy_near_wrap(tmp_path)
     clock = Clock()
-    sampler = PowerSampler(fake, None, clock)
-    cpu, gpu = discover_cpu(fake), discover_gpus(None, fake)
+    sampler = PowerSampler(fake, GpuBackends.of(fake, None), clock)
+    cpu, gpu = discover_cpu(fake), discover_gpus(GpuBackends.of(fake, None))
     first = sampler.sample(cpu, gpu)
     assert first.cpu_package_watts == {}  # one reading is no power yet
     assert first.node_watts is None
@@ -44,8 +45,8 @@ def test_package_power_across_the_counter_wrap(tmp_path: Path) -> None:
 def test_a_counter_reset_gives_no_figure(tmp_path: Path) -> None:
     fake = trees.intel_xeon_8260(tmp_path)
     clock = Clock()
-    sampler = PowerSampler(fake, None, clock)
-    cpu, gpu = discover_cpu(fake), discover_gpus(None, fake)
+    sampler = PowerSampler(fake, GpuBackends.of(fake, None), clock)
+    cpu, gpu = discover_cpu(fake), discover_gpus(GpuBackends.of(fake, None))
     fake.put(PACKAGE0, 200_000_000_000)
     sampler.sample(cpu, gpu)
     # A driver reload resets the counter: read as a wrap it would be ~62 kJ in 20 s (3 kW).
@@ -57,8 +58,8 @@ def test_a_counter_reset_gives_no_figure(tmp_path: Path) -> None:
 def test_gpu_power_comes_from_the_driver(tmp_path: Path) -> None:
     fake = trees.intel_xeon_8260(tmp_path)
     nvml = normal_node(2)
-    sampler = PowerSampler(fake, nvml, Clock())
-    reading = sampler.sample(discover_cpu(fake), discover_gpus(nvml, fake))
+    sampler = PowerSampler(fake, GpuBackends.of(fake, nvml), Clock())
+    reading = sampler.sample(discover_cpu(fake), discover_gpus(GpuBackends.of(fake, nvml)))
     assert reading.gpu_watts == {
         "0": nvml.gpus[0].usage_mw / 1000,
         "1": nvml.gpus[1].usage_mw / 1000,

@@ -1,22 +1,17 @@
 """GPU governor presets on a node's boards, with the baseline kept and put back.
 
-A preset becomes one setting per board (:mod:`joulie.agent.gpu.settings`): NVML's locked
-graphics clocks, or amdgpu's ``power_dpm_force_performance_level``. Each is written and restored
-through the agent's one guarded write (:mod:`joulie.agent.guarded_write`), the way the CPU's files
-are. One board's failure never stops the others.
+A preset becomes one setting per board (:mod:`joulie.agent.gpu.settings`), reached through the
+board's backend (:meth:`joulie.agent.gpu.backend.GpuBackend.clocks`: NVML's locked graphics
+clocks, amdgpu's ``power_dpm_force_performance_level``). Each is written and restored through
+the agent's one guarded write (:mod:`joulie.agent.guarded_write`), the way the CPU's files are.
+One board's failure never stops the others.
 
-NVML has no query for locked clocks on most drivers, so the lock in force before the agent's
-first write cannot be read. It is recorded as ``unlocked``: what every reboot and driver reload
-leaves, and what restoring (a reset) puts back. A lock an operator set by hand before the agent
-started cannot be seen and is reset on restore; that is the price of NVML offering no reading. A
-lock the agent writes is reported ``applied-unverified``, and is not written again while this
-process knows it wrote that same lock. An adapter that can read locks back
-(:class:`~joulie.agent.gpu.nvml.LockedClocksReader`) is treated like a readable file.
-
-Before anything is read or written through NVML, the board's index is confirmed to hold the UUID
-discovery saw (:func:`~joulie.agent.gpu.discovery.check_identity`); a board whose UUID is unknown
-is not touched. After a write the driver refused, the entry just recorded is dropped only when the
-setting reads as before (or, for a lock NVML cannot read, reads nothing, as before).
+A setting the interface cannot read (NVML locks on most drivers) is taken to hold what the
+backend states (``unlocked``: what every reboot and driver reload leaves, and what restoring
+puts back). A lock an operator set by hand before the agent started cannot be seen and is reset
+on restore; that is the price of NVML offering no reading. A lock the agent writes is reported
+``applied-unverified``, and is not written again while this process knows it wrote that same
+lock. The backend confirms the board's identity before every read that leads to a write.
 """
 
 from __future__ import annotations
@@ -27,37 +22,17 @@ from typing import TypeVar
 import structlog
 
 from joulie.agent.baseline import Baseline
-from joulie.agent.gpu.discovery import (
-    GpuDevice,
-    GpuDiscovery,
-    MonitorOnly,
-    check_identity,
-)
-from joulie.agent.gpu.drm import read_performance_level, write_performance_level
-from joulie.agent.gpu.nvml import (
-    GpuError,
-    GpuInvalidArgument,
-    GpuNotSupported,
-    GpuUnavailable,
-    LockedClocksReader,
-    NvmlAdapter,
-)
-from joulie.agent.gpu.power_limit import gpu_failure, needs_rediscovery
+from joulie.agent.gpu.backends import GpuBackends
+from joulie.agent.gpu.device import GpuDevice, GpuDiscovery, MonitorOnly
+from joulie.agent.gpu.errors import GpuError, GpuNotSupported, gpu_failure, needs_rediscovery
 from joulie.agent.gpu.settings import (
-    CLOCK_SETTINGS,
-    LOCKED_CLOCKS_MHZ,
-    PERFORMANCE_LEVEL,
-    UNLOCKED,
-    ClockMechanism,
     gpu_key,
-    parse_lock,
     preset_target,
     split_gpu_key,
     why_not_expressible,
 )
 from joulie.agent.guarded_write import GuardedWriter, Setting
 from joulie.agent.outcomes import SettingOutcome
-from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 
 __all__ = ["UNREADABLE_LOCK", "GpuGovernor"]
@@ -74,16 +49,8 @@ so that a steady preset reports the same text at every pass."""
 class GpuGovernor:
     """The clock settings of a node's GPUs, changed with ``baseline`` kept."""
 
-    def __init__(
-        self,
-        nvml: NvmlAdapter | None,
-        sysfs: Sysfs,
-        baseline: Baseline,
-        *,
-        dry_run: bool = False,
-    ) -> None:
-        self.nvml = nvml
-        self.sysfs = sysfs
+    def __init__(self, backends: GpuBackends, baseline: Baseline, *, dry_run: bool = False) -> None:
+        self.backends = backends
         self.baseline = baseline
         self.dry_run = dry_run
         self.writer = GuardedWriter(baseline, dry_run=dry_run, name="gpu_clocks")
@@ -131,59 +98,26 @@ class GpuGovernor:
         return outcomes
 
     def _setting(self, device: GpuDevice) -> Setting | None:
-        mechanism = device.clocks.mechanism
-        if mechanism is ClockMechanism.NVML:
-            index = device.index
-            return Setting(
-                gpu_key(device.board_id, LOCKED_CLOCKS_MHZ),
-                lambda: self._guarded(lambda: self._read_lock(index)),
-                lambda value: self._guarded(lambda: self._write_lock(index, value)),
-                check=lambda: self._guarded(lambda: check_identity(self._adapter(index), device)),
-                unread_value=UNLOCKED,
-                unread_detail=UNREADABLE_LOCK,
-            )
-        path = device.performance_level_file
-        if mechanism is ClockMechanism.SYSFS and path is not None:
-            return Setting(
-                gpu_key(device.board_id, PERFORMANCE_LEVEL),
-                lambda: self._guarded(lambda: read_performance_level(self.sysfs, path)),
-                lambda value: self._guarded(
-                    lambda: write_performance_level(self.sysfs, path, value)
-                ),
-            )
-        return None
-
-    def _adapter(self, index: int) -> NvmlAdapter:
-        if self.nvml is None:
-            raise GpuUnavailable(f"GPU {index}: no NVML adapter")
-        return self.nvml
-
-    def _read_lock(self, index: int) -> str | None:
-        nvml = self._adapter(index)
-        if not isinstance(nvml, LockedClocksReader):
-            return None
         try:
-            lock = nvml.locked_gpu_clocks(index)
+            access = self.backends.of_device(device).clocks(device)
         except GpuNotSupported:
             return None
-        return UNLOCKED if lock is None else f"{lock[0]}-{lock[1]}"
-
-    def _write_lock(self, index: int, value: str) -> None:
-        nvml = self._adapter(index)
-        try:
-            pair = parse_lock(value)
-        except ValueError as exc:  # a baseline file edited by hand
-            raise GpuInvalidArgument(f"GPU {index}: {exc}") from None
-        if pair is None:
-            nvml.reset_locked_gpu_clocks(index)
-        else:
-            nvml.set_locked_gpu_clocks(index, *pair)
+        if access is None:
+            return None
+        return Setting(
+            gpu_key(device.board_id, access.setting),
+            lambda: self._guarded(access.read),
+            lambda value: self._guarded(lambda: access.write(value)),
+            check=lambda: self._guarded(access.check),
+            unread_value=access.unread_value,
+            unread_detail=UNREADABLE_LOCK,
+        )
 
     # -- restoring ----------------------------------------------------------------------------
 
     def restore(self, discovery: GpuDiscovery) -> list[SettingOutcome]:
         """Put every clock setting the agent changed back on the board it was read from."""
-        keys = [k for k in self.baseline.entries() if _is_clock_key(k)]
+        keys = [k for k in self.baseline.entries() if self._is_clock_key(k)]
         outcomes = self.baseline.restore_with(
             keys,
             lambda key, value: self._restore_one(discovery, key, str(value)),
@@ -212,7 +146,6 @@ class GpuGovernor:
         self._orphans.discard(key)
         return self.writer.restore(setting, value)
 
-
-def _is_clock_key(key: str) -> bool:
-    split = split_gpu_key(key)
-    return split is not None and split[1] in CLOCK_SETTINGS
+    def _is_clock_key(self, key: str) -> bool:
+        split = split_gpu_key(key)
+        return split is not None and split[1] in self.backends.clock_settings()

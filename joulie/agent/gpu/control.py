@@ -32,24 +32,15 @@ from dataclasses import replace
 import structlog
 
 from joulie.agent.baseline import Baseline, BaselineValue
+from joulie.agent.gpu.backend import PowerLimit
+from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.clocks import GpuGovernor
-from joulie.agent.gpu.discovery import GpuDevice, GpuDiscovery
-from joulie.agent.gpu.nvml import GpuError, GpuNoPermission, NvmlAdapter
-from joulie.agent.gpu.power_limit import (
-    DEFAULT_TOLERANCE_WATTS,
-    PowerLimit,
-    blocked,
-    cap_setting,
-    cap_setting_name,
-    cap_target,
-    gpu_failure,
-    needs_rediscovery,
-    power_limit,
-)
-from joulie.agent.gpu.settings import CAP_SETTINGS, gpu_key, split_gpu_key
+from joulie.agent.gpu.device import GpuDevice, GpuDiscovery
+from joulie.agent.gpu.errors import GpuError, GpuNoPermission, gpu_failure, needs_rediscovery
+from joulie.agent.gpu.power_limit import DEFAULT_TOLERANCE_WATTS, blocked, cap_setting, cap_target
+from joulie.agent.gpu.settings import gpu_key, split_gpu_key
 from joulie.agent.guarded_write import GuardedWriter, Setting
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
-from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.core.caps import effective_cap
 
@@ -61,20 +52,12 @@ log = structlog.get_logger("joulie.agent.gpu.control")
 class GpuControl:
     """The power limits and clocks of one node's GPUs, changed with ``baseline`` kept."""
 
-    def __init__(
-        self,
-        nvml: NvmlAdapter | None,
-        sysfs: Sysfs,
-        baseline: Baseline,
-        *,
-        dry_run: bool = False,
-    ) -> None:
-        self.nvml = nvml
-        self.sysfs = sysfs
+    def __init__(self, backends: GpuBackends, baseline: Baseline, *, dry_run: bool = False) -> None:
+        self.backends = backends
         self.baseline = baseline
         self.dry_run = dry_run
         """Compute and report, write nothing and record nothing (SIMULATE_ONLY)."""
-        self.governor = GpuGovernor(nvml, sysfs, baseline, dry_run=dry_run)
+        self.governor = GpuGovernor(backends, baseline, dry_run=dry_run)
         self.writer = GuardedWriter(baseline, dry_run=dry_run, name="gpu_cap")
         self._refused: set[int] = set()
         self._discovery: GpuDiscovery | None = None
@@ -130,7 +113,7 @@ class GpuControl:
     def _cap(
         self, device: GpuDevice, watts: float | None, pct: float | None, reassert: bool
     ) -> SettingOutcome:
-        key = gpu_key(device.board_id, cap_setting_name(device))
+        key = gpu_key(device.board_id, self._limit_setting(device))
         stop = blocked(device)
         if stop is not None:
             # Discovery found the board uncappable: it is not touched, so a write the board or
@@ -151,12 +134,24 @@ class GpuControl:
     def _limit(self, device: GpuDevice, key: str) -> tuple[PowerLimit, Setting] | SettingOutcome:
         """The board's limit and its setting; an outcome when nothing here can set it."""
         try:
-            limit = power_limit(device, nvml=self.nvml, sysfs=self.sysfs)
+            limit = self.backends.of_device(device).power_limit(device)
         except GpuError as exc:
             failed = gpu_failure(exc)
             result = ControlResult.UNSUPPORTED if failed.failure is None else ControlResult.ERROR
             return SettingOutcome(key, result, detail=failed.detail)
-        return limit, cap_setting(device, limit, lambda exc: self._noted(exc, device.index))
+        return limit, cap_setting(key, limit, lambda exc: self._noted(exc, device.index))
+
+    def _limit_setting(self, device: GpuDevice) -> str:
+        """The baseline setting name of the board's limit (its backend's)."""
+        try:
+            setting = self.backends.of_device(device).limit_setting
+        except GpuError:
+            setting = None
+        return setting or "power-limit"
+
+    def _is_cap_key(self, key: str) -> bool:
+        split = split_gpu_key(key)
+        return split is not None and split[1] in self.backends.limit_settings()
 
     def _noted(self, exc: GpuError, index: int) -> None:
         if needs_rediscovery(exc):
@@ -168,7 +163,7 @@ class GpuControl:
     def restore_cap(self, discovery: GpuDiscovery) -> ComponentOutcome:
         """Put every board's limit the agent changed back to its baseline."""
         self._begin(discovery)
-        keys = [k for k in self.baseline.entries() if _is_cap_key(k)]
+        keys = [k for k in self.baseline.entries() if self._is_cap_key(k)]
         outcomes = self.baseline.restore_with(
             keys, lambda key, value: self._restore_cap(discovery, key, value), _is_back
         )
@@ -179,7 +174,7 @@ class GpuControl:
     ) -> SettingOutcome:
         board, setting_name = split_gpu_key(key) or ("", "")
         device = discovery.board(board)
-        if device is None or cap_setting_name(device) != setting_name:
+        if device is None or self._limit_setting(device) != setting_name:
             # Never onto another board: the entry waits for its own.
             if device is None and any(not d.identity_known for d in discovery.devices):
                 # It may be the board whose UUID could not be read: look again.
@@ -278,8 +273,3 @@ _WRITTEN = (ControlResult.APPLIED, ControlResult.APPLIED_UNVERIFIED, ControlResu
 
 def _is_back(outcome: SettingOutcome) -> bool:
     return outcome.result is ControlResult.RESTORED
-
-
-def _is_cap_key(key: str) -> bool:
-    split = split_gpu_key(key)
-    return split is not None and split[1] in CAP_SETTINGS

@@ -1,4 +1,5 @@
-"""AMD and Intel GPUs through the kernel's DRM and hwmon files.
+"""AMD and Intel GPUs as the kernel's DRM and hwmon files show them (read-only; the AMD backend
+writes through :mod:`joulie.agent.gpu.amdgpu`).
 
 A GPU is found as ``/sys/class/drm/cardN`` whose ``device`` is a PCI display device of vendor
 0x1002 (AMD) or 0x8086 (Intel); connector entries (``card0-DP-1``) and render nodes are not
@@ -13,8 +14,6 @@ in the board's hwmon directory, in microwatts:
 * Intel (i915/xe): monitor-only. Integrated graphics (the fixed slot 0000:00:02.0) is part of
   the CPU package, so it is not counted as a GPU at all.
 
-The driver stores the AMD cap in whole watts (it divides what is written by 10^6), so writers
-send whole watts in microwatts and a read-back is exact.
 """
 
 from __future__ import annotations
@@ -24,29 +23,23 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from joulie.agent.gpu.nvml import (
-    GpuError,
-    GpuInvalidArgument,
-    GpuLost,
-    GpuNoPermission,
-    GpuNotSupported,
-)
-from joulie.agent.sysfs import ErrorKind, Sysfs, SysfsError
+from joulie.agent.gpu.device import GpuBackendKind, GpuDevice, MonitorOnly, watts_of
+from joulie.agent.gpu.settings import ClockMechanism
+from joulie.agent.sysfs import Sysfs
 
 __all__ = [
     "DRM",
+    "POWER_FILES",
     "DrmGpu",
     "DrmScan",
     "DrmVendor",
-    "read_cap_uw",
-    "read_performance_level",
-    "read_power_uw",
+    "drm_device",
+    "hwmon_power_watts",
     "scan_drm_gpus",
-    "write_cap_uw",
-    "write_performance_level",
 ]
 
 DRM = "/sys/class/drm"
+_UW_PER_W = 1_000_000.0
 
 _CARD = re.compile(r"card\d+")
 _SCLK_LEVEL = re.compile(r"\s*\d+:\s*(\d+)\s*mhz", re.IGNORECASE)
@@ -118,8 +111,10 @@ class DrmScan:
     warnings: tuple[str, ...]
 
 
-def scan_drm_gpus(sysfs: Sysfs) -> DrmScan:
-    """Every AMD and Intel discrete GPU under ``/sys/class/drm``, in card order."""
+def scan_drm_gpus(sysfs: Sysfs, vendor: DrmVendor | None = None) -> DrmScan:
+    """Every AMD and Intel discrete GPU under ``/sys/class/drm`` (only ``vendor``'s when given),
+    in card order, with warnings about those boards only."""
+    wanted = vendor
     gpus: list[DrmGpu] = []
     warnings: list[str] = []
     seen: set[str] = set()
@@ -129,6 +124,8 @@ def scan_drm_gpus(sysfs: Sysfs) -> DrmScan:
         device = f"{DRM}/{card}/device"
         vendor = _VENDOR_IDS.get((sysfs.try_read(f"{device}/vendor") or "").lower())
         if vendor is None or not _is_display(sysfs.try_read(f"{device}/class")):
+            continue
+        if wanted is not None and vendor is not wanted:
             continue
         identity = os.path.realpath(sysfs.path(device))
         if identity in seen:
@@ -165,7 +162,7 @@ def _read_card(
                     f"{card} ({raw_model}): power1_cap_max missing or 0, "
                     "so the cap cannot be ranged: monitor-only"
                 )
-        for name in ("power1_average", "power1_input"):
+        for name in POWER_FILES:
             if sysfs.try_read_int(f"{hwmon}/{name}") is not None:
                 power_file = f"{hwmon}/{name}"
                 break
@@ -202,56 +199,19 @@ def _sclk_levels(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(set(levels)))
 
 
-def read_power_uw(sysfs: Sysfs, gpu: DrmGpu) -> int | None:
-    """The board's power draw now, None when it cannot be read."""
-    return sysfs.try_read_int(gpu.power_file) if gpu.power_file is not None else None
+POWER_FILES = ("power1_average", "power1_input")
+"""The hwmon files that read a board's power draw in microwatts, the first one found."""
 
 
-def read_cap_uw(sysfs: Sysfs, hwmon: str) -> int:
-    """The AMD board's current cap; a :class:`GpuError` when it cannot be read."""
-    try:
-        return sysfs.read_int(f"{hwmon}/power1_cap")
-    except SysfsError as exc:
-        raise _gpu_error(exc, "read the power cap") from None
-
-
-def write_cap_uw(sysfs: Sysfs, hwmon: str, microwatts: int) -> None:
-    """Set the AMD board's cap; a :class:`GpuError` naming why the kernel refused."""
-    try:
-        sysfs.write(f"{hwmon}/power1_cap", str(int(microwatts)))
-    except SysfsError as exc:
-        raise _gpu_error(exc, "set the power cap") from None
-
-
-def read_performance_level(sysfs: Sysfs, path: str) -> str:
-    """The board's clock policy; a :class:`GpuError` when it cannot be read."""
-    try:
-        return sysfs.read(path)
-    except SysfsError as exc:
-        raise _gpu_error(exc, "read the performance level") from None
-
-
-def write_performance_level(sysfs: Sysfs, path: str, level: str) -> None:
-    """Set the board's clock policy; a :class:`GpuError` naming why the kernel refused."""
-    try:
-        sysfs.write(path, level)
-    except SysfsError as exc:
-        raise _gpu_error(exc, "set the performance level") from None
-
-
-def _gpu_error(exc: SysfsError, what: str) -> GpuError:
-    message = f"{what}: {exc}"
-    if exc.kind is ErrorKind.MISSING:
-        # The file was there at discovery: the driver let go of the board.
-        return GpuLost(message)
-    if exc.kind is ErrorKind.PERMISSION:
-        return GpuNoPermission(message)
-    if exc.kind is ErrorKind.REJECTED:
-        # EOPNOTSUPP means the board has no cap; EINVAL, a value it refuses.
-        if "not supported" in exc.detail.lower():
-            return GpuNotSupported(message)
-        return GpuInvalidArgument(message)
-    return GpuError(message)
+def hwmon_power_watts(sysfs: Sysfs, hwmon: str | None) -> float | None:
+    """A board's power draw now from its hwmon directory, None when it cannot be read."""
+    if hwmon is None:
+        return None
+    for name in POWER_FILES:
+        microwatts = sysfs.try_read_int(f"{hwmon}/{name}")
+        if microwatts is not None:
+            return microwatts / 1e6
+    return None
 
 
 def _card_number(name: str) -> tuple[int, str]:
@@ -305,3 +265,37 @@ def _positive_or_none(sysfs: Sysfs, path: str, *, allow_zero: bool = False) -> i
     if value is None or value < 0 or (value == 0 and not allow_zero):
         return None
     return value
+
+
+def drm_device(index: int, gpu: DrmGpu) -> GpuDevice:
+    """A DRM board as a device (every Intel board monitor-only; an AMD one without a cap file or
+    a usable maximum too)."""
+    if gpu.vendor is DrmVendor.INTEL or gpu.cap_uw is None:
+        monitor_only: MonitorOnly | None = MonitorOnly.NOT_SUPPORTED
+    elif not gpu.cap_writable:
+        monitor_only = MonitorOnly.NO_RANGE
+    else:
+        monitor_only = None
+    capped = gpu.vendor is DrmVendor.AMD
+    return GpuDevice(
+        index=index,
+        vendor=gpu.vendor.value,
+        backend=GpuBackendKind.HWMON,
+        raw_model=gpu.raw_model,
+        uuid=gpu.pci_slot,
+        hwmon=gpu.hwmon,
+        min_watts=watts_of(gpu.cap_min_uw, _UW_PER_W) if capped else None,
+        max_watts=watts_of(gpu.cap_max_uw, _UW_PER_W) if capped else None,
+        default_watts=watts_of(gpu.cap_default_uw, _UW_PER_W) if capped else None,
+        current_cap_watts=watts_of(gpu.cap_uw, _UW_PER_W) if capped and gpu.cap_uw else None,
+        graphics_clock_min_mhz=gpu.sclk_mhz[0] if gpu.sclk_mhz else None,
+        graphics_clock_max_mhz=gpu.sclk_mhz[-1] if gpu.sclk_mhz else None,
+        graphics_clocks_mhz=gpu.sclk_mhz,
+        performance_level=gpu.performance_level,
+        performance_level_file=gpu.performance_level_file,
+        telemetry=gpu.power_file is not None or gpu.energy_file is not None,
+        monitor_only=monitor_only,
+        clock_mechanism=ClockMechanism.SYSFS
+        if capped and gpu.performance_level_file is not None
+        else None,
+    )

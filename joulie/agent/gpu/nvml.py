@@ -6,10 +6,7 @@ talk to :class:`NvmlAdapter`, which tests satisfy with a fake and nodes with
 that a value written is compared with the value read back in the unit the driver stores; the
 callers convert to watts at their edge.
 
-Every NVML failure becomes one of the :class:`GpuError` classes below, so that callers tell apart
-what the operator must know: a board whose limits cannot be changed at all (monitor-only), an
-agent without the privilege to change them, a value the driver refused, a board that fell off the
-bus, and a node where NVML itself is not there.
+Every NVML failure becomes one of the vendor-neutral :mod:`joulie.agent.gpu.errors`.
 """
 
 from __future__ import annotations
@@ -20,53 +17,22 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from joulie.agent.gpu.errors import (
+    GpuError,
+    GpuInvalidArgument,
+    GpuLost,
+    GpuNoPermission,
+    GpuNotSupported,
+    GpuUnavailable,
+)
+
 __all__ = [
     "ClockInfo",
-    "GpuError",
-    "GpuInvalidArgument",
-    "GpuLost",
-    "GpuNoPermission",
-    "GpuNotSupported",
-    "GpuUnavailable",
     "LockedClocksReader",
     "NvmlAdapter",
     "PynvmlAdapter",
     "error_for_nvml_code",
 ]
-
-
-# --- errors ------------------------------------------------------------------------------------
-
-
-class GpuError(Exception):
-    """A GPU operation failed. ``code`` is the vendor's status code when there is one."""
-
-    def __init__(self, message: str, *, code: int | None = None, index: int | None = None):
-        super().__init__(message)
-        self.code = code
-        self.index = index
-
-
-class GpuNotSupported(GpuError):
-    """The board does not offer this operation (GeForce/vGPU/MIG power limits, old boards):
-    the agent monitors it and never retries the write."""
-
-
-class GpuNoPermission(GpuError):
-    """The agent may not change this setting (not root, or a container without the device)."""
-
-
-class GpuInvalidArgument(GpuError):
-    """The driver refused the value (out of range, a clock pair it does not support)."""
-
-
-class GpuLost(GpuError):
-    """The board stopped answering (fell off the bus, XID 79): mark it unhealthy."""
-
-
-class GpuUnavailable(GpuError):
-    """NVML (or the vendor library) is not usable on this node: no driver, no library, a
-    driver too old for the call, or NVML not initialised."""
 
 
 # NVML status codes (nvml.h); the ones the agent acts on, by name.
