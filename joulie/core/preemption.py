@@ -23,16 +23,22 @@ supplies, so the simulator and the extender get the same answer from the same in
 Choices where the sources leave room (see the report of the change for the reasoning):
 
 * Reprieval keeps the first placement fixed and spares a unit only if every preemptor pod still
-  lands where that placement put it (:attr:`Reprieval.FIXED_PLACEMENT`, the default): the
-  specification's reprieval algorithm, which filters each pod on its proposed node, and what the
-  1.37 scheduler does (the e2e tests compare it with kube-scheduler's victims).
-  :attr:`Reprieval.RESCHEDULE` instead re-runs the placement step with the unit put back and
-  spares it when the group stays schedulable with at least as many preemptor pods as the best
-  count seen so far (1.36 with the May-2026 maxScheduledCount fix, as the issue describes it).
-  Each unit is judged once, at its turn, as the scheduler does. For a gang of identical pods
-  first fit places as many pods as the free room allows, so a unit preempted at its turn still
-  could not come back at the end; a greedy placement of mixed pod sizes can occasionally place
-  more with less room, so for such gangs that guarantee holds only at the unit's turn.
+  fits on the node that placement proposed for it, checked in place
+  (:attr:`Reprieval.FIXED_PLACEMENT`, the default, :func:`holds_in_place`): the specification's
+  reprieval algorithm, which filters each pod on its proposed node, and what the 1.37 scheduler
+  does (the e2e tests compare it with kube-scheduler's victims). Placing the group again and
+  comparing would agree only under first fit: another deterministic placement may move a pod
+  that still fits where it was proposed (see the unit tests). :attr:`Reprieval.RESCHEDULE`
+  instead re-runs the placement step with the unit put back and spares it when the group stays
+  schedulable with at least as many preemptor pods as the best count seen so far (1.36 with the
+  May-2026 maxScheduledCount fix, as the issue describes it). Each unit is judged once, at its
+  turn, as the scheduler does. For a gang of identical pods first fit places as many pods as the
+  free room allows, so a unit preempted at its turn still could not come back at the end; a
+  greedy placement of mixed pod sizes can occasionally place more with less room, so for such
+  gangs that guarantee holds only at the unit's turn.
+* The nodes the preemptor may use are one argument (``may_use``): the placement step sees only
+  them, and only units with a pod on one of them are candidates, so a pod the preemptor could
+  never replace spends no disruption budget.
 * A pod naming a PodGroup ranks as a PodGroup unit even when it is preempted alone (size 1), as
   the scheduler's comparison does; a pod naming a PodGroup that does not exist is a lone unit
   at its own priority, still ranked as PodGroup kind.
@@ -64,6 +70,7 @@ __all__ = [
     "UnitKind",
     "VictimUnit",
     "first_fit",
+    "holds_in_place",
     "importance_order",
     "preempt",
     "split_by_pdb",
@@ -407,8 +414,9 @@ class Reprieval(StrEnum):
     """Re-run the placement step; spare the unit if the group still places at least as many
     pods as the best count seen (Kubernetes 1.36 with the May-2026 maxScheduledCount fix)."""
     FIXED_PLACEMENT = "fixed-placement"
-    """Spare the unit only if the first placement still holds pod for pod (1.37's in-place
-    reprieval over the selected placement)."""
+    """Spare the unit only if every preemptor pod still fits on the node the first placement
+    proposed for it (:func:`holds_in_place`; 1.37's in-place reprieval over the selected
+    placement)."""
 
 
 def _ineligible(preemptor: Preemptor, units: Sequence[VictimUnit]) -> str | None:
@@ -426,11 +434,19 @@ def _ineligible(preemptor: Preemptor, units: Sequence[VictimUnit]) -> str | None
     return None
 
 
-def _spared(trial: Placement, selected: Placement, best: int, reprieval: Reprieval) -> bool:
-    """Whether the preemptor still fits well enough with a unit put back."""
-    if reprieval is Reprieval.FIXED_PLACEMENT:
-        return all(trial.get(pod) == node for pod, node in selected.items())
-    return len(trial) >= best
+def holds_in_place(snapshot: Snapshot, preemptor: Preemptor, selected: Placement) -> bool:
+    """Whether every preemptor pod still fits on the node ``selected`` proposes for it, all of
+    them together, in ``snapshot``: the specification's reprieval check, which filters each pod
+    on its proposed node rather than placing the group again."""
+    free = _free_capacity(snapshot)
+    for pod in preemptor.pods:
+        node = selected.get(pod.key)
+        if node is None:
+            continue
+        if node not in free or not _fits(free[node], pod.requests):
+            return False
+        _take(free[node], pod.requests)
+    return True
 
 
 def preempt(
@@ -443,6 +459,7 @@ def preempt(
     pdbs: Sequence[Pdb] = (),
     schedule_group: ScheduleGroup = first_fit,
     reprieval: Reprieval = Reprieval.FIXED_PLACEMENT,
+    may_use: Callable[[Node], bool] | None = None,
 ) -> PreemptionResult:
     """Choose the workloads to preempt so that ``preemptor`` can be placed, and where it goes.
 
@@ -450,6 +467,13 @@ def preempt(
     ``nodes`` are running; the rest are ignored); ``groups`` (PodGroups: minCount, priority,
     disruption mode, composite parent); ``composites``; ``pdbs``; the preemptor, either a
     :class:`Preemptor` (see :meth:`Preemptor.of_group`) or a single pending :class:`Pod`.
+
+    ``may_use`` says which nodes the preemptor may be placed on (its filters other than room:
+    node affinity, taints, Joulie's rule that performance pods stay off eco nodes; None: every
+    node). Only the placement step's nodes are those; a unit is a candidate only when one of
+    its pods runs on such a node, since preempting anything else cannot make room, and so a
+    pod elsewhere never spends a disruption budget. Every running pod still counts towards its
+    unit (a gang's pods on other nodes go with it).
 
     Steps: refuse if the preemptor is not eligible; candidates are victim units of strictly
     lower priority; remove them all and place the preemptor once; then, budget-breaking units
@@ -488,6 +512,8 @@ def preempt(
     """
     node_names = {n.name for n in nodes}
     running = [p for p in pods if p.node in node_names]
+    usable = tuple(n for n in nodes if may_use is None or may_use(n))
+    usable_names = {n.name for n in usable}
     if isinstance(preemptor, Pod):
         preemptor = Preemptor.single(preemptor, _group_named(groups, preemptor))
     units = victim_units(running, groups, composites)
@@ -495,7 +521,11 @@ def preempt(
     reason = _ineligible(preemptor, units)
     if reason is not None:
         return PreemptionResult(Outcome.NOT_ELIGIBLE, reason=reason)
-    candidates = importance_order(u for u in units if u.priority < preemptor.priority)
+    candidates = importance_order(
+        u
+        for u in units
+        if u.priority < preemptor.priority and any(p.node in usable_names for p in u.pods)
+    )
     if not candidates:
         return PreemptionResult(Outcome.NO_VICTIMS, reason=NO_VICTIMS)
 
@@ -503,11 +533,11 @@ def preempt(
     for unit in candidates:
         removed |= unit.pod_keys
 
-    def place() -> Placement | None:
-        remaining = tuple(p for p in running if p.key not in removed)
-        return schedule_group(Snapshot(tuple(nodes), remaining), preemptor)
+    def snapshot() -> Snapshot:
+        remaining = (p for p in running if p.key not in removed and p.node in usable_names)
+        return Snapshot(usable, tuple(remaining))
 
-    placement = place()
+    placement = schedule_group(snapshot(), preemptor)
     if placement is None:
         return PreemptionResult(Outcome.UNSCHEDULABLE, reason=STILL_UNSCHEDULABLE)
     best = len(placement)
@@ -515,13 +545,16 @@ def preempt(
     victims: list[VictimUnit] = []
     for unit in violating + fine:
         removed -= unit.pod_keys
-        trial = place()
-        if trial is not None:
-            best = max(best, len(trial))
-        if trial is not None and _spared(trial, placement, best, reprieval):
-            if reprieval is Reprieval.RESCHEDULE:
-                placement = trial
+        if reprieval is Reprieval.FIXED_PLACEMENT:
+            spared = holds_in_place(snapshot(), preemptor, placement)
         else:
+            trial = schedule_group(snapshot(), preemptor)
+            spared = trial is not None and len(trial) >= best
+            if trial is not None:
+                best = max(best, len(trial))
+                if spared:
+                    placement = trial
+        if not spared:
             removed |= unit.pod_keys
             victims.append(unit)
     overdrawn = {(u.kind, u.name) for u in violating}

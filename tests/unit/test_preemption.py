@@ -774,3 +774,80 @@ def test_outcome_matches_the_cluster(case: dict[str, Any]) -> None:
     victim_keys = set(result.victim_pods)
     for u in lower:
         assert u.pod_keys <= victim_keys or not (u.pod_keys & victim_keys)
+
+
+# --- the spec's reprieval, and the nodes the preemptor may use --------------------------------
+
+
+def least_allocated(snapshot: Snapshot, preemptor: Preemptor) -> Placement | None:
+    """A deterministic placement that is not first fit: each pod on the node with the most free
+    CPU (ties to the name), as kube-scheduler's least-allocated scoring would prefer."""
+    free = {n.name: n.capacity["cpu"] for n in snapshot.nodes}
+    for pod in snapshot.pods:
+        if pod.node in free:
+            free[pod.node] -= pod.requests.get("cpu", 0.0)
+    placement: dict[str, str] = {}
+    for pod in preemptor.pods:
+        need = pod.requests.get("cpu", 0.0)
+        fitting = [name for name in sorted(free) if free[name] >= need]
+        if fitting:
+            node = max(fitting, key=lambda name: (free[name], -sorted(free).index(name)))
+            free[node] -= need
+            placement[pod.key] = node
+    return placement if len(placement) >= preemptor.min_count else None
+
+
+def test_the_default_reprieval_filters_each_pod_on_its_proposed_node() -> None:
+    # n1 holds p5 (priority 5) and p1 (priority 1); n2 holds q0 (priority 0) and a blocker
+    # that outranks the preemptor. With every candidate gone least-allocated proposes n1 (10
+    # free against n2's 6). Putting p5 back leaves 5 on n1: the 3-CPU pod still fits there, so
+    # the specification spares p5, although placing again would now prefer n2 (6 free). p1
+    # back leaves 2: it goes. Re-running the placement and comparing would evict p5 instead.
+    nodes = [Node("n1", cpu(10)), Node("n2", cpu(10))]
+    running = [
+        Pod("p5", node="n1", priority=5, requests=cpu(5)),
+        Pod("p1", node="n1", priority=1, requests=cpu(3)),
+        Pod("q0", node="n2", priority=0, requests=cpu(4)),
+        Pod("blocker", node="n2", priority=200, requests=cpu(4)),
+    ]
+    result = preempt(nodes, running, needs(3), schedule_group=least_allocated)
+    assert result.victim_pods == ("default/p1",)
+    assert dict(result.placement) == {"default/new": "n1"}
+    # Under first fit the two readings agree (the proposal is the first node either way).
+    assert preempt(nodes, running, needs(3)).victim_pods == ("default/p1",)
+
+
+def test_only_units_on_nodes_the_preemptor_may_use_are_candidates_or_spend_budgets() -> None:
+    # The preemptor may not use n2 (an eco node, say). "a" runs there, covered by the same
+    # budget as "b" on n1, which allows one disruption. Preempting "a" cannot make room, so it
+    # is no candidate and spends nothing: of "c" (priority 4) and "b" (priority 3) on n1, the
+    # less important "b" goes, within its budget. Counting "a" against the budget would have
+    # made "b" the overdrawing unit and evicted "c" to spare it.
+    nodes = [Node("n1", cpu(4)), Node("n2", cpu(4))]
+    running = [
+        Pod("a", node="n2", priority=5, requests=cpu(4)),
+        Pod("c", node="n1", priority=4, requests=cpu(2)),
+        Pod("b", node="n1", priority=3, requests=cpu(2)),
+    ]
+    budget = Pdb("ab", frozenset({"default/a", "default/b"}), disruptions_allowed=1)
+    result = preempt(nodes, running, needs(2), pdbs=[budget], may_use=lambda n: n.name == "n1")
+    assert result.victim_pods == ("default/b",)
+    assert result.pdb_violations == 0
+    assert dict(result.placement) == {"default/new": "n1"}
+    # Where n2 is usable, "a" is a candidate, spends the budget first, and "b" would overdraw it.
+    everywhere = preempt(nodes, running, needs(2), pdbs=[budget])
+    assert everywhere.victim_pods == ("default/c",)
+
+
+def test_a_gang_spanning_a_refused_node_is_a_candidate_with_all_its_pods() -> None:
+    nodes = [Node("n1", cpu(4)), Node("n2", cpu(4))]
+    train = Group("train", min_count=2, priority=1, disruption_mode=DisruptionMode.ALL)
+    running = [
+        Pod("t-0", node="n1", group="train", requests=cpu(4)),
+        Pod("t-1", node="n2", group="train", requests=cpu(4)),
+    ]
+    result = preempt(nodes, running, needs(4), groups=[train], may_use=lambda n: n.name == "n1")
+    assert result.victim_pods == ("default/t-0", "default/t-1")
+    assert dict(result.placement) == {"default/new": "n1"}
+    none_usable = preempt(nodes, running, needs(4), groups=[train], may_use=lambda n: False)
+    assert none_usable.outcome is Outcome.NO_VICTIMS
