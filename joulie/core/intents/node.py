@@ -1,0 +1,84 @@
+"""NodeTwin.spec and the schedulable class of one node, after the downgrade guard."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from joulie.api.enums import (
+    Profile,
+    SchedulableClass,
+)
+from joulie.api.nodehardware import NodeHardwareStatus
+from joulie.api.nodetwin import (
+    GpuSpec,
+    NodeTwinSpec,
+    PolicySpec,
+)
+from joulie.core.intents.caps import cpu_power_cap, gpu_power_cap, gpu_product_label
+from joulie.core.intents.config import (
+    CapRange,
+    IntentConfig,
+)
+from joulie.core.intents.governors import cpu_governor, gpu_governor
+from joulie.core.intents.guard import downgrade_guard
+
+
+class NodeIntent(NamedTuple):
+    spec: NodeTwinSpec
+    """The NodeTwin.spec to write."""
+    schedulable_class: SchedulableClass
+    """The NodeTwin.status.schedulableClass to write."""
+
+    @property
+    def deferred(self) -> bool:
+        """Whether the node's move to eco is deferred (it drains)."""
+        return self.schedulable_class is SchedulableClass.DRAINING
+
+
+def node_twin_spec(
+    node_name: str,
+    planned_profile: Profile,
+    *,
+    active_perf_pods: int,
+    gpu_count: int,
+    hardware: NodeHardwareStatus | None,
+    labels: Mapping[str, str],
+    catalog_gpu_range: CapRange | None,
+    running_pod_max_gpus: int,
+    policy_name: str | None,
+    config: IntentConfig,
+) -> NodeIntent:
+    """NodeTwin.spec and the schedulable class of one node, after the downgrade guard.
+
+    ``gpu_count`` is the node's GPU count from the manager's hardware view (NodeHardware, else
+    labels or allocatable GPUs); a node with GPUs gets the GPU rules. ``hardware`` is the node's
+    NodeHardware status (None without one), ``labels`` its labels, ``catalog_gpu_range`` the
+    ``(min_w, max_w)`` of its recognised GPU model in the catalog, ``running_pod_max_gpus`` the
+    value of :func:`max_running_pod_gpus` over its pods.
+    """
+    guard = downgrade_guard(planned_profile, active_perf_pods)
+    profile = guard.control_profile
+    gpu_node = gpu_count > 0
+    product_label = gpu_product_label(labels, config.gpu_product_label_keys) if gpu_node else None
+
+    cpu = cpu_power_cap(profile, gpu_node, hardware, config)
+    cpu_gov = cpu_governor(profile, hardware, config)
+    if cpu_gov is not None:
+        cpu = cpu.model_copy(update={"governor": cpu_gov})
+
+    gpu = None
+    if gpu_node:
+        gpu = GpuSpec(
+            power_cap=gpu_power_cap(profile, hardware, product_label, catalog_gpu_range, config),
+            governor=gpu_governor(profile, hardware, product_label, running_pod_max_gpus, config),
+        )
+
+    spec = NodeTwinSpec(
+        node_name=node_name,
+        profile=guard.profile,
+        cpu=cpu,
+        gpu=gpu,
+        policy=PolicySpec(name=policy_name) if policy_name else None,
+    )
+    return NodeIntent(spec, guard.schedulable_class)
