@@ -70,6 +70,7 @@ __all__ = [
     "ECO_BONUS",
     "HEADROOM_WEIGHT",
     "MAX_EXTENDER_PRIORITY",
+    "NEUTRAL_PRIORITY",
     "NEUTRAL_SCORE",
     "PRESSURE_RELIEF_WEIGHT",
     "TREND_BONUS_LIMIT",
@@ -100,6 +101,11 @@ ECO_BONUS: Final = 10.0
 PRESSURE_RELIEF_WEIGHT: Final = 0.3
 MAX_SCORE: Final = 100.0
 MAX_EXTENDER_PRIORITY: Final = 10
+NEUTRAL_PRIORITY: Final = 5
+"""The extender's priority of a node it has no opinion on (:data:`NEUTRAL_SCORE` on the 0..10
+scale): an unknown node among scored ones, and every node when the extender cannot decide
+(not synced yet, the manager's Lease not current, the time limit spent, the placement failed).
+Equal priorities for every node leave the ranking to kube-scheduler's own plugins."""
 """kube-scheduler's MaxExtenderPriority: extender scores are expected in 0..10."""
 
 _KEPT_OFF: Final = (SchedulableClass.ECO, SchedulableClass.DRAINING)

@@ -21,11 +21,11 @@ from typing import Any
 from joulie.api import keys
 from joulie.core.pod_power import is_performance_pod, pod_demand
 from joulie.core.preemption_candidates import NO_GROUPS, Candidate, screen_candidates
-from joulie.core.scoring import extender_priority, filter_reason
+from joulie.core.scoring import NEUTRAL_PRIORITY, filter_reason
 from joulie.extender.cache import ExtenderCache
 from joulie.extender.wire import Scores
 
-NEUTRAL = extender_priority(50.0)
+NEUTRAL = NEUTRAL_PRIORITY
 
 
 class CachePlacement:

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from joulie.core.preemption_candidates import Candidate
+from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender.cache import ExtenderCache
 from joulie.extender.groups import GroupCache, podgroups_served
 from joulie.extender.placement import CachePlacement
@@ -37,7 +38,7 @@ class _Unsynced:
         return [None] * len(nodes)
 
     def prioritize(self, pod: Any, nodes: Any) -> list[int]:
-        return [5] * len(nodes)
+        return [NEUTRAL_PRIORITY] * len(nodes)
 
     def preempt(self, pod: Any, candidates: Any) -> list[Candidate]:
         return list(candidates)

@@ -50,6 +50,7 @@ from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.core.preemption_candidates import Candidate
+from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender import wire, wire_preempt
 from joulie.extender.failure_log import FailureLog
 from joulie.extender.metrics import Outcome, Verb, record
@@ -68,10 +69,6 @@ four 100 MB bodies on four connections took the process from 74 to 486 MiB at mo
 OFF_LOOP_BYTES: Final = 1024**2
 """Bodies from this size on are read on a thread (a 5,000-name body, 100 KB, takes about a
 millisecond on the loop; a thread's hand-off would cost more than it saves)."""
-
-NEUTRAL_SCORE: Final = wire.MIN_SCORE
-"""The score of every node when the extender cannot decide: equal scores leave the ranking to
-kube-scheduler's plugins, as if the extender had not answered."""
 
 
 class Placement(Protocol):
@@ -352,7 +349,7 @@ def extender_app(
 
     def prioritize_answer(args: wire.ExtenderArgs, started: float) -> _Answer:
         count = len(args.names)
-        neutral = [NEUTRAL_SCORE] * count
+        neutral = [NEUTRAL_PRIORITY] * count
         if overdue(Verb.PRIORITIZE, count, started):
             body = wire.prioritize_response(args.names, neutral, args.plain)
             return _Answer(200, body, Outcome.TIMEOUT, count)

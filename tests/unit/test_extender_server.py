@@ -28,6 +28,7 @@ from structlog.testing import capture_logs
 
 from hack.cluster.pki import create_pki
 from joulie.core.preemption_candidates import Candidate
+from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender import server, wire
 from joulie.extender.server import Placement, TlsError, extender_app, serve, tls_context
 from joulie.extender.settings import ExtenderSettings
@@ -352,7 +353,7 @@ async def test_a_failing_placement_passes_every_node_and_scores_all_alike(
             status, answer = await served.post("/filter", NAMES_BODY)
             assert (status, answer["NodeNames"], answer["Error"]) == (200, ALL, "")
             status, scores = await served.post("/prioritize", NODES_BODY)
-            assert (status, {s["Score"] for s in scores}) == (200, {0})
+            assert (status, {s["Score"] for s in scores}) == (200, {NEUTRAL_PRIORITY})
     assert count("filter", "internal_error") == before[0] + 3
     assert count("prioritize", "internal_error") == before[1] + 3
     # One line per distinct failure, not one per request.
@@ -386,7 +387,7 @@ async def test_an_answer_outside_the_contract_is_not_passed_on(
     if verb == "filter":
         assert body["NodeNames"] == ALL
     else:
-        assert [s["Score"] for s in body] == [0, 0, 0]
+        assert [s["Score"] for s in body] == [NEUTRAL_PRIORITY] * 3
 
 
 @pytest.mark.asyncio
@@ -421,7 +422,7 @@ async def test_time_spent_before_deciding_passes_every_node_without_asking(
     _, answer = await served.post("/filter", NAMES_BODY)
     assert (answer["NodeNames"], answer["FailedNodes"]) == (ALL, {})
     _, scores = await served.post("/prioritize", NAMES_BODY)
-    assert [s["Score"] for s in scores] == [0, 0, 0]
+    assert [s["Score"] for s in scores] == [NEUTRAL_PRIORITY] * 3
     assert served.placement.calls == []
     assert (count("filter", "timeout"), count("prioritize", "timeout")) == (
         before[0] + 1,
