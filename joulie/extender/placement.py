@@ -25,8 +25,6 @@ from joulie.core.scoring import NEUTRAL_PRIORITY, filter_reason
 from joulie.extender.cache import ExtenderCache
 from joulie.extender.wire import Scores
 
-NEUTRAL = NEUTRAL_PRIORITY
-
 
 class CachePlacement:
     def __init__(self, cache: ExtenderCache, clock: Callable[[], float] = time.time) -> None:
@@ -57,7 +55,7 @@ class CachePlacement:
 
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> Scores:
         if not self.cache.manager_alive(self._clock()):
-            return [NEUTRAL] * len(nodes)
+            return [NEUTRAL_PRIORITY] * len(nodes)
         return self.cache.table.priority_array(pod_demand(pod), nodes)
 
     def preempt(self, pod: Mapping[str, Any], candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -81,6 +79,6 @@ class CachePlacement:
         terms = dict(self.cache.table.explain(pod_demand(pod), node))
         terms["managerLeaseCurrent"] = alive
         if not alive:
-            terms["priority"] = NEUTRAL
+            terms["priority"] = NEUTRAL_PRIORITY
             terms["neutral"] = "the manager's Lease is not current: no twin is trusted"
         return terms

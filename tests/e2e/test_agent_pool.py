@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.roles import POOL_AGENT_ACCOUNT, RoleProcess, pool_agent_settings
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_simulator import busy_pod
+from tests.support.builders import joulie_object, kwok_nodes, node
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -40,13 +40,7 @@ REAL_NODE = "ap-real-node"
 def manifests() -> list[dict[str, Any]]:
     """Two nodes of each hardware group: with half the nodes in performance, one of each pair
     runs eco and the other performance."""
-    nodes = []
-    for group in load_inventory(INVENTORY).nodes:
-        for i in range(2):
-            node = node_manifest(f"ap-{group.node_name_prefix}-{i}", group)
-            node["metadata"]["labels"]["joulie.io/e2e"] = E2E
-            nodes.append(node)
-    return nodes
+    return kwok_nodes("ap", load_inventory(INVENTORY).nodes, 2, labels={"joulie.io/e2e": E2E})
 
 
 def group_pair(gpus: bool) -> tuple[str, str, dict[str, Any]]:
@@ -77,7 +71,7 @@ def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
     with cluster.api() as api:
         api.post(
             "/api/v1/nodes",
-            json={"metadata": {"name": REAL_NODE, "labels": {"joulie.io/e2e": E2E}}},
+            json=node(REAL_NODE, labels={"joulie.io/e2e": E2E}),
         ).raise_for_status()
     yield names
     with cluster.api() as api:
@@ -219,9 +213,7 @@ def test_the_pool_closes_the_loop(
                 params={"fieldManager": "someone-else", "force": "true"},
                 headers={"Content-Type": "application/apply-patch+yaml"},
                 json={
-                    "apiVersion": keys.API_VERSION,
-                    "kind": keys.NODE_TWIN_KIND,
-                    "metadata": {"name": cpu_node},
+                    **joulie_object(keys.NODE_TWIN_KIND, cpu_node),
                     "spec": {"gpu": {"powerCap": {"capPctOfMax": 50}}},
                 },
             ).raise_for_status()

@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.api.quantity import parse_quantity
 from joulie.core import preemption as core
+from tests.support.builders import WORK_IMAGE, container, kwok_nodes, pod_manifest
 from tests.support.processes import RoleProcess
 from tests.support.waiting import wait_until
 
@@ -39,13 +39,8 @@ PER_GROUP = 4
 
 
 def manifests() -> list[dict[str, Any]]:
-    nodes = []
-    for group in load_inventory(INVENTORY).nodes:
-        for i in range(PER_GROUP):
-            node = node_manifest(f"ex-{group.node_name_prefix}-{i}", group)
-            node["metadata"]["labels"]["joulie.io/e2e"] = E2E
-            nodes.append(node)
-    return nodes
+    groups = load_inventory(INVENTORY).nodes
+    return kwok_nodes("ex", groups, PER_GROUP, labels={"joulie.io/e2e": E2E})
 
 
 def pod(
@@ -59,22 +54,16 @@ def pod(
     annotations = {keys.WORKLOAD_CLASS_ANNOTATION: "performance" if performance else "standard"}
     if utilization is not None:
         annotations[keys.SIM_CPU_UTILIZATION_ANNOTATION] = utilization
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "work", "image": "example.com/work:1", "resources": {"requests": {"cpu": cpu}}}
-        ],
-        "terminationGracePeriodSeconds": 0,
-    }
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0}
     if node is None:
         spec["nodeSelector"] = {"joulie.io/e2e": E2E}
-    else:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": spec,
-    }
+    return pod_manifest(
+        name,
+        containers=[container({"cpu": cpu}, name="work", image=WORK_IMAGE)],
+        node_name=node,
+        annotations=annotations,
+        spec=spec,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -581,18 +570,11 @@ def predict_victims(
         for i in range(4)
     )
 
-    def joulie_placement(snap: core.Snapshot, who: core.Preemptor) -> core.Placement | None:
-        allowed = core.Snapshot(
-            tuple(n for n in snap.nodes if n.name in perf),
-            tuple(p for p in snap.pods if p.node in perf),
-        )
-        return core.first_fit(allowed, who)
-
     preemptor = core.Preemptor("train", gang, priority=1000, min_count=4)
     return core.preempt(
         nodes,
         pods,
         preemptor,
-        schedule_group=joulie_placement,
         reprieval=core.Reprieval.FIXED_PLACEMENT,  # 1.37 reprieves over the chosen placement
+        may_use=lambda node: node.name in perf,
     )

@@ -15,7 +15,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from hack.cluster.stages import RUN_DURATION_ANNOTATION
 from joulie.api import keys
@@ -24,6 +23,7 @@ from joulie.core.policies import PlanNode, performance_set, static_hp_count
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.metrics import WRITE_VERBS
+from tests.support.builders import joulie_object, kwok_nodes, nodehardware, pod_manifest
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -38,13 +38,8 @@ INTERVAL_S = 2.0
 
 def test_nodes() -> list[dict[str, Any]]:
     """40 nodes, 5 of each of the 8 hardware families, under a prefix of this test's own."""
-    nodes = []
-    for group in load_inventory(INVENTORY).nodes:
-        for i in range(NODES_PER_FAMILY):
-            node = node_manifest(f"mgr-{group.node_name_prefix}-{i}", group)
-            node["metadata"]["labels"][E2E_LABEL] = "manager"
-            nodes.append(node)
-    return nodes
+    groups = load_inventory(INVENTORY).nodes
+    return kwok_nodes("mgr", groups, NODES_PER_FAMILY, labels={E2E_LABEL: "manager"})
 
 
 test_nodes.__test__ = False  # type: ignore[attr-defined]
@@ -219,26 +214,17 @@ def test_constant_demand_writes_nothing(
     assert manager.writes() == before
 
 
-def node_hardware(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.NODE_HARDWARE_KIND,
-        "metadata": {"name": name},
-        "spec": {"nodeName": name},
-    }
-
-
 def publish_hardware(api: httpx.Client, name: str, status: dict[str, Any]) -> None:
     """What an agent does: apply NodeHardware, then its status, as ``joulie-agent``."""
     params = {"fieldManager": "joulie-agent", "force": "true"}
     headers = {"Content-Type": "application/apply-patch+yaml"}
     path = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}/{name}"
-    api.patch(path, params=params, headers=headers, json=node_hardware(name)).raise_for_status()
+    api.patch(path, params=params, headers=headers, json=nodehardware(name)).raise_for_status()
     api.patch(
         f"{path}/status",
         params=params,
         headers=headers,
-        json={**node_hardware(name), "status": status},
+        json=nodehardware(name, status=status),
     ).raise_for_status()
 
 
@@ -307,11 +293,7 @@ def test_fields_of_other_writers_cause_no_writes(
         with cluster.api() as api:
             for name in sorted(names):
                 path = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}/{name}"
-                ident = {
-                    "apiVersion": keys.API_VERSION,
-                    "kind": keys.NODE_TWIN_KIND,
-                    "metadata": {"name": name},
-                }
+                ident = joulie_object(keys.NODE_TWIN_KIND, name)
                 api.patch(
                     path, params=params, headers=headers, json={**ident, "spec": spec}
                 ).raise_for_status()
@@ -348,21 +330,11 @@ def test_running_performance_pod_drains_an_eco_node(
     )[0]
     with cluster.api() as api:
         eco_spec = twins(api)[eco_gpu]["spec"]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "perf",
-                "annotations": {
-                    keys.WORKLOAD_CLASS_ANNOTATION: "performance",
-                    RUN_DURATION_ANNOTATION: "15s",
-                },
-            },
-            "spec": {
-                "nodeName": eco_gpu,
-                "containers": [{"name": "work", "image": "example.com/work:1"}],
-            },
+        annotations = {
+            keys.WORKLOAD_CLASS_ANNOTATION: "performance",
+            RUN_DURATION_ANNOTATION: "15s",
         }
+        pod = pod_manifest("perf", node_name=eco_gpu, annotations=annotations)
         created = api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod)
         assert created.status_code == 201, created.text
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_manager import INVENTORY
 from tests.e2e.test_manager_handover import E2E_LABEL, HandoverManager
+from tests.support.builders import kwok_node
 from tests.support.tcp_proxy import BackgroundProxy
 from tests.support.waiting import wait_until
 
@@ -74,11 +74,10 @@ def telemetry() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def nodes(cluster: LocalCluster) -> Iterator[set[str]]:
     groups = load_inventory(INVENTORY).nodes
-    manifests = []
-    for i in range(NODES):
-        node = node_manifest(f"fen-{i}", groups[i % len(groups)])
-        node["metadata"]["labels"][E2E_LABEL] = VALUE
-        manifests.append(node)
+    manifests = [
+        kwok_node(f"fen-{i}", groups[i % len(groups)], labels={E2E_LABEL: VALUE})
+        for i in range(NODES)
+    ]
     cluster.create_ready_nodes(manifests)
     names = {n["metadata"]["name"] for n in manifests}
     yield names

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_manager import INVENTORY, JOULIE, Manager
+from tests.support.builders import kwok_nodes, pod_manifest
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -88,13 +88,8 @@ class HandoverManager(Manager):
 
 def handover_nodes() -> list[dict[str, Any]]:
     """40 nodes, 5 of each of the 8 hardware families, under this file's own prefix and label."""
-    nodes = []
-    for group in load_inventory(INVENTORY).nodes:
-        for i in range(NODES_PER_FAMILY):
-            node = node_manifest(f"{PREFIX}-{group.node_name_prefix}-{i}", group)
-            node["metadata"]["labels"][E2E_LABEL] = E2E_VALUE
-            nodes.append(node)
-    return nodes
+    groups = load_inventory(INVENTORY).nodes
+    return kwok_nodes(PREFIX, groups, NODES_PER_FAMILY, labels={E2E_LABEL: E2E_VALUE})
 
 
 @pytest.fixture(scope="module")
@@ -188,19 +183,12 @@ def test_follower_takes_over_without_relabelling(
 
 
 def pending_performance_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "annotations": {keys.WORKLOAD_CLASS_ANNOTATION: "performance"},
-        },
-        "spec": {
-            # No node carries this label: the pod stays Pending.
-            "nodeSelector": {E2E_LABEL: "nowhere"},
-            "containers": [{"name": "work", "image": "example.com/work:1"}],
-        },
-    }
+    return pod_manifest(
+        name,
+        annotations={keys.WORKLOAD_CLASS_ANNOTATION: "performance"},
+        # No node carries this label: the pod stays Pending.
+        spec={"nodeSelector": {E2E_LABEL: "nowhere"}},
+    )
 
 
 def test_queue_aware_follows_pending_performance_pods(

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from tests.e2e.test_manager import INVENTORY, twins
 from tests.e2e.test_manager_handover import E2E_LABEL, INTERVAL_S, HandoverManager
+from tests.support.builders import kwok_node, nodetwin
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -31,11 +31,10 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 @pytest.fixture
 def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
-    manifests = []
-    for i, group in enumerate(load_inventory(INVENTORY).nodes):
-        node = node_manifest(f"iso-{i}", group)
-        node["metadata"]["labels"][E2E_LABEL] = VALUE
-        manifests.append(node)
+    manifests = [
+        kwok_node(f"iso-{i}", group, labels={E2E_LABEL: VALUE})
+        for i, group in enumerate(load_inventory(INVENTORY).nodes)
+    ]
     cluster.create_ready_nodes(manifests)
     names = [n["metadata"]["name"] for n in manifests]
     yield names
@@ -80,14 +79,10 @@ def deny_policy(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def refused(api: httpx.Client, name: str) -> bool:
     """Whether the policy is in force: a dry-run create of the twin is denied."""
-    twin = {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.NODE_TWIN_KIND,
-        "metadata": {"name": name},
-        "spec": {"nodeName": name, "profile": "eco"},
-    }
     answer = api.post(
-        f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}", params={"dryRun": "All"}, json=twin
+        f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}",
+        params={"dryRun": "All"},
+        json=nodetwin(name),
     )
     return answer.status_code in (403, 422)
 

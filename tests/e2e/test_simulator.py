@@ -17,6 +17,7 @@ import pytest
 from hack.cluster.nodes import node_manifests
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api.inventory import load_inventory
+from tests.support.builders import WORK_IMAGE, container, pod_manifest
 from tests.support.processes import PrometheusServer
 from tests.support.waiting import wait_until
 
@@ -104,24 +105,9 @@ def busy_pod(name: str, node: str, cpu: str, gpus: int = 0) -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": cpu}
     if gpus:
         requests["nvidia.com/gpu"] = str(gpus)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {
-                    "name": "work",
-                    "image": "example.com/work:1",
-                    "resources": {
-                        "requests": requests,
-                        "limits": {k: v for k, v in requests.items() if k != "cpu"},
-                    },
-                }
-            ],
-        },
-    }
+    limits = {k: v for k, v in requests.items() if k != "cpu"}
+    work = container(requests, limits, name="work", image=WORK_IMAGE)
+    return pod_manifest(name, node_name=node, containers=[work])
 
 
 def test_idle_nodes_report_recognised_hardware(simulator: Simulator) -> None:

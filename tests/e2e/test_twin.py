@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.core.twin import ambient_multiplier
 from joulie.hardware.catalog import Catalog
 from tests.e2e.test_simulator import busy_pod
+from tests.support.builders import kwok_node
 from tests.support.processes import PrometheusServer, RoleProcess
 from tests.support.waiting import wait_until
 
@@ -35,14 +35,15 @@ INTERVAL = "2s"
 def manifests() -> list[dict[str, Any]]:
     """Two nodes of each hardware group of the inventory, the first in rack-a, the second in
     rack-b."""
-    nodes = []
-    for group in load_inventory(INVENTORY).nodes:
-        for i, rack in enumerate(("rack-a", "rack-b")):
-            node = node_manifest(f"{PREFIX}-{group.node_name_prefix}-{i}", group)
-            node["metadata"]["labels"]["joulie.io/e2e"] = E2E
-            node["metadata"]["labels"][keys.RACK_LABEL] = rack
-            nodes.append(node)
-    return nodes
+    return [
+        kwok_node(
+            f"{PREFIX}-{group.node_name_prefix}-{i}",
+            group,
+            labels={"joulie.io/e2e": E2E, keys.RACK_LABEL: rack},
+        )
+        for group in load_inventory(INVENTORY).nodes
+        for i, rack in enumerate(("rack-a", "rack-b"))
+    ]
 
 
 def pair(kind: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ import pytest
 
 from hack.cluster.runner import NAMESPACE, LocalCluster
 from joulie.api import keys
+from tests.support.builders import joulie_object, node, nodehardware, nodetwin
 from tests.support.tokens import pod_bound_token, role_client, token_client
 from tests.support.waiting import wait_until
 
@@ -31,12 +32,10 @@ AGENT = {"fieldManager": "joulie-agent", "force": "true"}
 NODES = ("conf-a", "conf-b")
 
 
-def hardware(node: str, described: str | None = None) -> dict[str, Any]:
+def control_status(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.NODE_HARDWARE_KIND,
-        "metadata": {"name": node},
-        "spec": {"nodeName": described or node},
+        **joulie_object(keys.NODE_TWIN_KIND, name),
+        "status": {"controlStatus": {"cpu": {"result": "applied"}}},
     }
 
 
@@ -45,15 +44,8 @@ def agent_on_a(cluster: LocalCluster) -> Iterator[httpx.Client]:
     """An API client holding the token of ServiceAccount joulie-agent bound to a pod on conf-a."""
     with cluster.api() as api:
         for name in NODES:
-            api.post("/api/v1/nodes", json={"metadata": {"name": name}})
-            api.post(
-                TWINS,
-                json={
-                    **hardware(name),
-                    "kind": keys.NODE_TWIN_KIND,
-                    "spec": {"nodeName": name, "profile": "eco"},
-                },
-            )
+            api.post("/api/v1/nodes", json=node(name))
+            api.post(TWINS, json=nodetwin(name))
         token = pod_bound_token(api, "conf-agent", "conf-a", ttl_s=600)
     client = token_client(cluster, token)
     try:
@@ -84,7 +76,7 @@ def test_the_agent_writes_its_own_node_only(
 
     own = wait_until(
         lambda: agent_on_a.patch(
-            f"{HARDWARE}/conf-a", params=AGENT, headers=APPLY, json=hardware("conf-a")
+            f"{HARDWARE}/conf-a", params=AGENT, headers=APPLY, json=nodehardware("conf-a")
         ),
         20,
         "the policy and the token to be usable",
@@ -94,23 +86,19 @@ def test_the_agent_writes_its_own_node_only(
         f"{HARDWARE}/conf-a/status",
         params=AGENT,
         headers=APPLY,
-        json={**hardware("conf-a"), "status": {"cpu": {"sockets": 2}}},
+        json=nodehardware("conf-a", status={"cpu": {"sockets": 2}}),
     )
     assert status.status_code == 200, status.text
     twin = agent_on_a.patch(
         f"{TWINS}/conf-a/status",
         params=AGENT,
         headers=APPLY,
-        json={
-            **hardware("conf-a"),
-            "kind": keys.NODE_TWIN_KIND,
-            "status": {"controlStatus": {"cpu": {"result": "applied"}}},
-        },
+        json={**control_status("conf-a"), "spec": {"nodeName": "conf-a"}},
     )
     assert twin.status_code == 200, twin.text
 
     other = agent_on_a.patch(
-        f"{HARDWARE}/conf-b", params=AGENT, headers=APPLY, json=hardware("conf-b")
+        f"{HARDWARE}/conf-b", params=AGENT, headers=APPLY, json=nodehardware("conf-b")
     )
     assert other.status_code == 403, other.text
     assert "the agent of node conf-a may write only its own node's objects" in other.text
@@ -119,11 +107,7 @@ def test_the_agent_writes_its_own_node_only(
         f"{TWINS}/conf-b/status",
         params=AGENT,
         headers=APPLY,
-        json={
-            **hardware("conf-b"),
-            "kind": keys.NODE_TWIN_KIND,
-            "status": {"controlStatus": {"cpu": {"result": "applied"}}},
-        },
+        json={**control_status("conf-b"), "spec": {"nodeName": "conf-b"}},
     )
     assert other_twin.status_code == 403, other_twin.text
     # Its own object's name, but claiming to describe another node.
@@ -131,17 +115,17 @@ def test_the_agent_writes_its_own_node_only(
         f"{HARDWARE}/conf-a",
         params=AGENT,
         headers=APPLY,
-        json=hardware("conf-a", described="conf-b"),
+        json=nodehardware("conf-a", node_name="conf-b"),
     )
     assert lying.status_code in (403, 422), lying.text
 
 
 def test_a_token_bound_to_no_pod_writes_nothing(cluster: LocalCluster) -> None:
     with cluster.api() as api:
-        api.post("/api/v1/nodes", json={"metadata": {"name": "conf-c"}})
+        api.post("/api/v1/nodes", json=node("conf-c"))
     with role_client(cluster, "agent") as agent:
         refused = agent.patch(
-            f"{HARDWARE}/conf-c", params=AGENT, headers=APPLY, json=hardware("conf-c")
+            f"{HARDWARE}/conf-c", params=AGENT, headers=APPLY, json=nodehardware("conf-c")
         )
     with cluster.api() as api:
         api.delete("/api/v1/nodes/conf-c")
@@ -151,22 +135,8 @@ def test_a_token_bound_to_no_pod_writes_nothing(cluster: LocalCluster) -> None:
 
 SIMULATED = "pool-sim"
 REAL = "pool-real"
-
-
-def labelled(body: dict[str, Any], simulated: str | None) -> dict[str, Any]:
-    if simulated is None:
-        return body
-    meta = {**body["metadata"], "labels": {keys.SIMULATED_LABEL: simulated}}
-    return {**body, "metadata": meta}
-
-
-def control_status(node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.NODE_TWIN_KIND,
-        "metadata": {"name": node},
-        "status": {"controlStatus": {"cpu": {"result": "applied"}}},
-    }
+LABELLED_TRUE = {keys.SIMULATED_LABEL: "true"}
+LABELLED_FALSE = {keys.SIMULATED_LABEL: "false"}
 
 
 @pytest.fixture
@@ -176,13 +146,9 @@ def pool_agent(cluster: LocalCluster) -> Iterator[httpx.Client]:
     real node's NodeHardware labelled real."""
     with cluster.api() as api:
         for name, simulated in ((SIMULATED, "true"), (REAL, "false")):
-            twin = {
-                **labelled(hardware(name), simulated),
-                "kind": keys.NODE_TWIN_KIND,
-                "spec": {"nodeName": name, "profile": "eco"},
-            }
+            twin = nodetwin(name, labels={keys.SIMULATED_LABEL: simulated})
             api.post(TWINS, json=twin).raise_for_status()
-        api.post(HARDWARE, json=labelled(hardware(REAL), "false")).raise_for_status()
+        api.post(HARDWARE, json=nodehardware(REAL, labels=LABELLED_FALSE)).raise_for_status()
     client = role_client(cluster, "agent-pool")
     try:
         yield client
@@ -201,14 +167,14 @@ def test_the_pool_writes_simulated_nodes_only(
         return pool_agent.patch(path, params=AGENT, headers=APPLY, json=body)
 
     def publish_simulated() -> httpx.Response | None:
-        answer = apply(f"{HARDWARE}/{SIMULATED}", labelled(hardware(SIMULATED), "true"))
+        answer = apply(f"{HARDWARE}/{SIMULATED}", nodehardware(SIMULATED, labels=LABELLED_TRUE))
         return answer if answer.status_code in (200, 201) else None
 
     own = wait_until(publish_simulated, 20, "the pool to publish a simulated node's NodeHardware")
     assert own.json()["metadata"]["labels"][keys.SIMULATED_LABEL] == "true"
     status = apply(
         f"{HARDWARE}/{SIMULATED}/status",
-        {**hardware(SIMULATED), "status": {"cpu": {"sockets": 2}}},
+        nodehardware(SIMULATED, status={"cpu": {"sockets": 2}}),
     )
     assert status.status_code == 200, status.text
     twin = apply(f"{TWINS}/{SIMULATED}/status", control_status(SIMULATED))
@@ -221,25 +187,27 @@ def test_the_pool_writes_simulated_nodes_only(
         f"joulie-agent-pool may write only for nodes KWOK fakes, and NodeTwin {REAL} is not "
         "labelled joulie.io/simulated=true" in real_twin.text
     )
-    taken = apply(f"{HARDWARE}/{REAL}", labelled(hardware(REAL), "true"))
+    taken = apply(f"{HARDWARE}/{REAL}", nodehardware(REAL, labels=LABELLED_TRUE))
     assert taken.status_code == 403, taken.text
     assert f"NodeHardware {REAL} is not labelled joulie.io/simulated=true" in taken.text
     real_status = apply(
-        f"{HARDWARE}/{REAL}/status", {**hardware(REAL), "status": {"cpu": {"sockets": 1}}}
+        f"{HARDWARE}/{REAL}/status", nodehardware(REAL, status={"cpu": {"sockets": 1}})
     )
     assert real_status.status_code == 403, real_status.text
 
     # New NodeHardware only labelled simulated (the CRD makes it describe its namesake node).
-    unlabelled = apply(f"{HARDWARE}/pool-new", hardware("pool-new"))
+    unlabelled = apply(f"{HARDWARE}/pool-new", nodehardware("pool-new"))
     assert unlabelled.status_code == 403, unlabelled.text
     assert (
         "joulie-agent-pool may write NodeHardware pool-new only labelled "
         "joulie.io/simulated=true" in unlabelled.text
     )
-    lying = apply(f"{HARDWARE}/pool-new", labelled(hardware("pool-new", described=REAL), "true"))
+    lying = apply(
+        f"{HARDWARE}/pool-new", nodehardware("pool-new", node_name=REAL, labels=LABELLED_TRUE)
+    )
     assert lying.status_code == 422, lying.text
     # Nor may it drop the label from one it wrote.
-    unlabel = apply(f"{HARDWARE}/{SIMULATED}", labelled(hardware(SIMULATED), "false"))
+    unlabel = apply(f"{HARDWARE}/{SIMULATED}", nodehardware(SIMULATED, labels=LABELLED_FALSE))
     assert unlabel.status_code == 403, unlabel.text
     with cluster.api() as api:
         stored = api.get(f"{HARDWARE}/{REAL}").json()

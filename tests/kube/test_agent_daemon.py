@@ -21,6 +21,8 @@ import yaml
 
 from hack.cluster.runner import NAMESPACE, LocalCluster
 from joulie.api import keys
+from tests.support import builders
+from tests.support.builders import nodetwin
 from tests.support.processes import RoleProcess
 from tests.support.sysfs_trees import intel_xeon_8260
 from tests.support.tcp_proxy import BackgroundProxy
@@ -73,23 +75,9 @@ def changed(root: Path, before: dict[str, str]) -> dict[str, tuple[str, str]]:
 def node(cluster: LocalCluster) -> Iterator[str]:
     name = f"dm-{uuid.uuid4().hex[:6]}"
     with cluster.api() as api:
-        api.post("/api/v1/nodes", json={"metadata": {"name": name}}).raise_for_status()
-        api.post(
-            TWINS,
-            json={
-                "apiVersion": keys.API_VERSION,
-                "kind": keys.NODE_TWIN_KIND,
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeName": name,
-                    "profile": "eco",
-                    "cpu": {
-                        "packagePowerCapWatts": CAP_W,
-                        "governor": {"preset": "efficiency"},
-                    },
-                },
-            },
-        ).raise_for_status()
+        api.post("/api/v1/nodes", json=builders.node(name)).raise_for_status()
+        cpu = {"packagePowerCapWatts": CAP_W, "governor": {"preset": "efficiency"}}
+        api.post(TWINS, json=nodetwin(name, spec={"cpu": cpu})).raise_for_status()
     yield name
     with cluster.api() as api:
         api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/agent-{name}")

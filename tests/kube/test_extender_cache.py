@@ -16,24 +16,22 @@ import pytest_asyncio
 
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
+from joulie.core.scoring import NEUTRAL_PRIORITY as NEUTRAL
 from joulie.extender.cache import NODEHARDWARES, NODETWINS, ExtenderCache
-from joulie.extender.placement import NEUTRAL, CachePlacement
+from joulie.extender.placement import CachePlacement
 from joulie.kube.client import KubeClient
+from tests.support.builders import container, nodehardware, nodetwin, pod
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
 
 
 def performance_pod(performance: bool = True) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": "p",
-            "namespace": "default",
-            "annotations": {
-                keys.WORKLOAD_CLASS_ANNOTATION: "performance" if performance else "standard"
-            },
-        },
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]},
-    }
+    klass = "performance" if performance else "standard"
+    return pod(
+        namespace="default",
+        annotations={keys.WORKLOAD_CLASS_ANNOTATION: klass},
+        containers=[container({"cpu": "4"})],
+    )
 
 
 def twin_status(klass: str, measured: float, capped: float = 1000.0) -> dict[str, Any]:
@@ -64,14 +62,8 @@ class World:
 
     def twin(self, node: str, status: dict[str, Any] | Any) -> None:
         with self.cluster.api() as api:
-            body = {
-                "apiVersion": keys.API_VERSION,
-                "kind": keys.NODE_TWIN_KIND,
-                "metadata": {"name": node},
-                "spec": {"nodeName": node, "profile": "eco"},
-            }
             if api.get(f"{NODETWINS}/{node}").status_code == 404:
-                api.post(NODETWINS, json=body).raise_for_status()
+                api.post(NODETWINS, json=nodetwin(node)).raise_for_status()
             api.patch(
                 f"{NODETWINS}/{node}/status",
                 headers={"Content-Type": "application/merge-patch+json"},
@@ -80,15 +72,7 @@ class World:
 
     def hardware(self, node: str, cores: int, max_watts_per_socket: float) -> None:
         with self.cluster.api() as api:
-            api.post(
-                NODEHARDWARES,
-                json={
-                    "apiVersion": keys.API_VERSION,
-                    "kind": keys.NODE_HARDWARE_KIND,
-                    "metadata": {"name": node},
-                    "spec": {"nodeName": node},
-                },
-            ).raise_for_status()
+            api.post(NODEHARDWARES, json=nodehardware(node)).raise_for_status()
             api.patch(
                 f"{NODEHARDWARES}/{node}/status",
                 headers={"Content-Type": "application/merge-patch+json"},

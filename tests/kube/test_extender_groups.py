@@ -17,6 +17,7 @@ from hack.cluster.runner import LocalCluster
 from joulie.core.preemption_candidates import Candidate, screen_candidates
 from joulie.extender.groups import PODGROUP_API, GroupCache, podgroups_served
 from joulie.kube.client import KubeClient
+from tests.support.builders import container, pod_manifest
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -44,17 +45,14 @@ class Gangs:
             ).raise_for_status()
 
     def pod(self, name: str, group: str | None, node: str) -> None:
-        spec: dict[str, Any] = {
-            "nodeName": node,
-            "containers": [{"name": "c", "image": "example.com/c:1"}],
-        }
-        if group is not None:
-            spec["schedulingGroup"] = {"podGroupName": group}
+        body = pod_manifest(
+            name,
+            node_name=node,
+            containers=[container(image="example.com/c:1")],
+            spec={"schedulingGroup": {"podGroupName": group}} if group is not None else None,
+        )
         with self.cluster.api() as api:
-            created = api.post(
-                f"/api/v1/namespaces/{self.namespace}/pods",
-                json={"metadata": {"name": name}, "spec": spec},
-            )
+            created = api.post(f"/api/v1/namespaces/{self.namespace}/pods", json=body)
             created.raise_for_status()
             self.uids[name] = created.json()["metadata"]["uid"]
 

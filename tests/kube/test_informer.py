@@ -17,6 +17,7 @@ from hack.cluster.runner import LocalCluster
 from joulie.kube import metrics
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Backoff, Handlers, Informer
+from tests.support.builders import nodetwin
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -260,13 +261,7 @@ async def test_field_selector_scopes_an_informer_to_one_object(
     """As the agent does: watch only the NodeTwin of its own node, with its own credentials."""
     twins = "/apis/joulie.io/v1alpha1/nodetwins"
     for name in ("scoped-a", "scoped-b"):
-        body = {
-            "apiVersion": "joulie.io/v1alpha1",
-            "kind": "NodeTwin",
-            "metadata": {"name": name},
-            "spec": {"nodeName": name, "profile": "eco"},
-        }
-        await admin.request("POST", twins, body=body)
+        await admin.request("POST", twins, body=nodetwin(name))
     async with await KubeClient.from_kubeconfig(str(cluster.role_kubeconfig("agent"))) as agent:
         informer: Informer[Any] = Informer(
             agent,

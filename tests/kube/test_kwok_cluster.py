@@ -14,6 +14,7 @@ from hack.cluster.runner import LocalCluster
 from hack.cluster.stages import RUN_DURATION_ANNOTATION
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
+from tests.support.builders import container, pod_manifest
 
 pytestmark = pytest.mark.kube
 
@@ -64,23 +65,13 @@ def test_gpu_pod_is_scheduled_on_a_gpu_node_runs_and_finishes(
     cluster: LocalCluster, exp02_nodes: list[dict[str, Any]], namespace: str
 ) -> None:
     cluster.wait_nodes_ready([n["metadata"]["name"] for n in exp02_nodes], timeout=120)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train", "annotations": {RUN_DURATION_ANNOTATION: "4s"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "example.com/train:1",
-                    "resources": {
-                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ],
-        },
-    }
+    train = container(
+        {"cpu": "2", "nvidia.com/gpu": "1"},
+        {"nvidia.com/gpu": "1"},
+        name="main",
+        image="example.com/train:1",
+    )
+    pod = pod_manifest("train", annotations={RUN_DURATION_ANNOTATION: "4s"}, containers=[train])
     with cluster.api() as api:
         created = api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod)
         assert created.status_code == 201, created.text
@@ -101,23 +92,8 @@ def test_gpu_pod_is_scheduled_on_a_gpu_node_runs_and_finishes(
 
 
 def test_pod_without_a_fitting_node_stays_pending(cluster: LocalCluster, namespace: str) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "too-big"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "x",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "64"},
-                        "limits": {"nvidia.com/gpu": "64"},
-                    },
-                }
-            ]
-        },
-    }
+    gpus = {"nvidia.com/gpu": "64"}
+    pod = pod_manifest("too-big", containers=[container(gpus, gpus, name="main", image="x")])
     with cluster.api() as api:
         assert api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).status_code == 201
         deadline = time.monotonic() + 20
@@ -136,12 +112,7 @@ def test_pod_without_a_fitting_node_stays_pending(cluster: LocalCluster, namespa
 def test_deleted_pods_go_away(
     cluster: LocalCluster, exp02_nodes: list[dict[str, Any]], namespace: str
 ) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "short"},
-        "spec": {"containers": [{"name": "main", "image": "x"}]},
-    }
+    pod = pod_manifest("short", containers=[container(name="main", image="x")])
     with cluster.api() as api:
         assert api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).status_code == 201
     wait_phase(cluster, namespace, "short", "Running", timeout=60)

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.kube.client import KubeClient
 from joulie.manager.role import ManagerRole
 from joulie.manager.settings import ManagerSettings
+from tests.support.builders import joulie_object, kwok_node, nodehardware
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -42,8 +42,9 @@ def condition(cluster: LocalCluster, name: str) -> dict[str, Any]:
 async def test_agent_reporting_goes_stale_on_the_managers_clock(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = node_manifest("kclock-0", load_inventory(INVENTORY).nodes[0])
-    node["metadata"]["labels"]["joulie.io/e2e"] = "kube-clock"
+    node = kwok_node(
+        "kclock-0", load_inventory(INVENTORY).nodes[0], labels={"joulie.io/e2e": "kube-clock"}
+    )
     name = node["metadata"]["name"]
     cluster.create_ready_nodes([node])
     monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
@@ -62,18 +63,14 @@ async def test_agent_reporting_goes_stale_on_the_managers_clock(
             "a twin without NodeHardware",
         )
         assert first["status"] == "False"
-        ident = {
-            "apiVersion": keys.API_VERSION,
-            "kind": keys.NODE_HARDWARE_KIND,
-            "metadata": {"name": name},
-        }
+        ident = joulie_object(keys.NODE_HARDWARE_KIND, name)
         params = {"fieldManager": "joulie-agent", "force": "true"}
         with cluster.api() as api:
             api.patch(
                 f"{HARDWARE}/{name}",
                 params=params,
                 headers=APPLY,
-                json={**ident, "spec": {"nodeName": name}},
+                json=nodehardware(name),
             ).raise_for_status()
             api.patch(
                 f"{HARDWARE}/{name}/status",

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.kube.client import KubeClient
 from joulie.manager.role import ManagerRole
 from joulie.manager.settings import ManagerSettings
+from tests.support.builders import joulie_object, kwok_node, nodehardware
 from tests.support.tokens import role_client
 from tests.support.waiting import eventually
 
@@ -58,18 +58,15 @@ def reconciles() -> float:
 
 def publish_as_pool(cluster: LocalCluster, name: str) -> None:
     """What the pool agent does for a node: its NodeHardware, labelled simulated, then status."""
-    ident = {
-        "apiVersion": keys.API_VERSION,
-        "kind": keys.NODE_HARDWARE_KIND,
-        "metadata": {"name": name, "labels": {keys.SIMULATED_LABEL: "true"}},
-    }
+    labels = {keys.SIMULATED_LABEL: "true"}
+    ident = joulie_object(keys.NODE_HARDWARE_KIND, name, labels=labels)
     params = {"fieldManager": "joulie-agent", "force": "true"}
     with role_client(cluster, "agent-pool") as pool:
         pool.patch(
             f"{HARDWARE}/{name}",
             params=params,
             headers=APPLY,
-            json={**ident, "spec": {"nodeName": name}},
+            json=nodehardware(name, labels=labels),
         ).raise_for_status()
         pool.patch(
             f"{HARDWARE}/{name}/status",
@@ -83,11 +80,9 @@ async def test_twins_say_which_nodes_kwok_fakes(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = load_inventory(INVENTORY).nodes[0]
-    sim = node_manifest(SIM, group)
-    real = node_manifest(REAL, group)
+    sim = kwok_node(SIM, group, labels={"joulie.io/e2e": E2E})
+    real = kwok_node(REAL, group, labels={"joulie.io/e2e": E2E})
     del real["metadata"]["annotations"][keys.KWOK_NODE_ANNOTATION]  # a kubelet's node
-    for manifest in (sim, real):
-        manifest["metadata"]["labels"]["joulie.io/e2e"] = E2E
     cluster.create_ready_nodes([sim])
     cluster.create_nodes([real])
     monkeypatch.setenv("POD_NAMESPACE", "joulie-system")

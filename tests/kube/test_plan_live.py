@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api.inventory import load_inventory
 from joulie.kube import metrics
+from tests.support.builders import kwok_nodes
 
 pytestmark = pytest.mark.kube
 
@@ -25,12 +25,7 @@ SELECTOR = "joulie.io/e2e=plan-live"
 
 def test_live_plan_lists_changes_and_writes_nothing(cluster: LocalCluster) -> None:
     groups = load_inventory(INVENTORY).nodes
-    nodes = []
-    for group in groups:
-        for i in range(2):
-            manifest = node_manifest(f"plan-{group.label}-{i}", group)
-            manifest["metadata"]["labels"]["joulie.io/e2e"] = "plan-live"
-            nodes.append(manifest)
+    nodes = kwok_nodes("plan", groups, 2, labels={"joulie.io/e2e": "plan-live"})
     # One node already in performance: the plan keeps it (nodes labelled performance first).
     nodes[1]["metadata"]["labels"]["joulie.io/power-profile"] = "performance"
     cluster.create_nodes(nodes)

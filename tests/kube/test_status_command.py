@@ -19,6 +19,7 @@ import yaml
 
 from hack.cluster.runner import LocalCluster, free_port
 from joulie.api import keys
+from tests.support.builders import container, nodetwin, pod_manifest
 from tests.support.interrupts import interruptible
 
 pytestmark = pytest.mark.kube
@@ -36,15 +37,7 @@ class World:
 
     def twin(self, name: str, profile: str, status: dict[str, Any]) -> None:
         with self.cluster.api() as api:
-            api.post(
-                TWINS,
-                json={
-                    "apiVersion": keys.API_VERSION,
-                    "kind": keys.NODE_TWIN_KIND,
-                    "metadata": {"name": name},
-                    "spec": {"nodeName": name, "profile": profile},
-                },
-            ).raise_for_status()
+            api.post(TWINS, json=nodetwin(name, profile)).raise_for_status()
             api.patch(
                 f"{TWINS}/{name}/status",
                 headers={"Content-Type": "application/merge-patch+json"},
@@ -67,20 +60,14 @@ class World:
 
     def pending_pod(self, name: str, workload: str) -> None:
         with self.cluster.api() as api:
-            api.post(
-                f"/api/v1/namespaces/{self.namespace}/pods",
-                json={
-                    "metadata": {
-                        "name": name,
-                        "annotations": {keys.WORKLOAD_CLASS_ANNOTATION: workload},
-                    },
-                    "spec": {
-                        # No node has this label: the pod stays Pending.
-                        "nodeSelector": {"joulie.io/e2e": f"nowhere-{self.tag}"},
-                        "containers": [{"name": "c", "image": "example.com/c:1"}],
-                    },
-                },
-            ).raise_for_status()
+            pending = pod_manifest(
+                name,
+                annotations={keys.WORKLOAD_CLASS_ANNOTATION: workload},
+                containers=[container(image="example.com/c:1")],
+                # No node has this label: the pod stays Pending.
+                spec={"nodeSelector": {"joulie.io/e2e": f"nowhere-{self.tag}"}},
+            )
+            api.post(f"/api/v1/namespaces/{self.namespace}/pods", json=pending).raise_for_status()
 
 
 @pytest.fixture

@@ -11,12 +11,14 @@ import pytest
 import pytest_asyncio
 
 from hack.cluster.runner import LocalCluster
+from joulie.api import keys
 from joulie.kube import metrics
 from joulie.kube.client import APPLY_PATCH, KubeClient
 from joulie.kube.events import WARNING, EventRecorder, ObjectRef
 from joulie.kube.informer import Informer
 from joulie.kube.ownership import Observed, observe
 from joulie.kube.writes import NotPermitted, Writer
+from tests.support.builders import joulie_object, nodetwin
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -32,12 +34,7 @@ async def manager(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
 
 
 def twin(name: str, profile: str, pct: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodeTwin",
-        "metadata": {"name": name},
-        "spec": {"nodeName": name, "profile": profile, "cpu": {"packagePowerCapPctOfMax": pct}},
-    }
+    return nodetwin(name, profile, spec={"cpu": {"packagePowerCapPctOfMax": pct}})
 
 
 async def test_unchanged_desired_state_is_written_once(manager: KubeClient) -> None:
@@ -107,11 +104,7 @@ async def test_foreign_fields_do_not_cause_writes(manager: KubeClient) -> None:
     }
     del status["spec"]
     await writer.apply(f"{path}/status", status, observed=None)
-    other = {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodeTwin",
-        "metadata": {"name": "writes-4"},
-    }
+    other = joulie_object(keys.NODE_TWIN_KIND, "writes-4")
     await manager.request(
         "PATCH",
         path,
@@ -175,9 +168,7 @@ async def test_status_goes_through_the_subresource(manager: KubeClient) -> None:
     writer = Writer(manager, "joulie-manager")
     await writer.apply(f"{TWINS}/writes-2", twin("writes-2", "performance", 100), observed=None)
     status = {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodeTwin",
-        "metadata": {"name": "writes-2"},
+        **joulie_object(keys.NODE_TWIN_KIND, "writes-2"),
         "status": {"schedulableClass": "performance"},
     }
     stored = await writer.apply(f"{TWINS}/writes-2/status", status, observed=None)

@@ -6,10 +6,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hack.cluster.nodes import node_manifest
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
+from tests.support.builders import container, kwok_node, pod_manifest
 
 INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
 KWOK_RBAC = Path(__file__).resolve().parents[2] / "manifests/kwok/manager-lifecycle-kwok.yaml"
@@ -26,8 +26,7 @@ def lifecycle_nodes(case: str, count: int, *, kwok: bool = True) -> list[dict[st
     suffix = uuid.uuid4().hex[:5]
     nodes = []
     for i in range(count):
-        node = node_manifest(f"lc-{case}-{suffix}-{i}", group, managed=False)
-        node["metadata"]["labels"][E2E_LABEL] = case
+        node = kwok_node(f"lc-{case}-{suffix}-{i}", group, labels={E2E_LABEL: case}, managed=False)
         annotations = node["metadata"]["annotations"]
         annotations[keys.LAUNCHED_AT_ANNOTATION] = LONG_AGO
         if not kwok:
@@ -63,19 +62,12 @@ def untouched(node: dict[str, Any] | None) -> bool:
 def create_pod(cluster: LocalCluster, namespace: str, prefix: str, spec: dict[str, Any]) -> str:
     """A pod of one busybox container plus ``spec`` (its placement, its requests); its name."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    container: dict[str, Any] = {"name": "c", "image": "busybox"}
-    if "requests" in spec:
-        container["resources"] = {"requests": spec["requests"]}
     body = {k: v for k, v in spec.items() if k != "requests"}
+    requested = container(spec.get("requests"), image="busybox")
     with cluster.api() as api:
         api.post(
             f"/api/v1/namespaces/{namespace}/pods",
-            json={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {**body, "containers": [container]},
-            },
+            json=pod_manifest(name, containers=[requested], spec=body),
         ).raise_for_status()
     return name
 

@@ -9,21 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from joulie.api.gpu import GpuResourceKind, gpu_resource_kind, pod_gpu_count
-
-
-def container(
-    requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if requests is not None:
-        resources["requests"] = requests
-    if limits is not None:
-        resources["limits"] = limits
-    return {"name": "c", "resources": resources, **extra}
+from tests.support import builders
+from tests.support.builders import container
 
 
 def pod(*containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    return {"spec": {"containers": list(containers), "initContainers": list(init)}}
+    return builders.pod(containers=list(containers), spec={"initContainers": list(init)})
 
 
 @pytest.mark.parametrize(

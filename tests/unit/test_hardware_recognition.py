@@ -17,6 +17,7 @@ from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import node_projection
 from joulie.manager.plan import inventory_nodes
+from tests.support.builders import inventory_group
 
 CATALOG = Catalog.load()
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "spec" / "nodehardware.yaml"
@@ -197,33 +198,18 @@ def test_gpu_product_label_keys_are_honoured_in_order() -> None:
 EXP_INVENTORY = parse_inventory(
     {
         "nodes": [
-            {
-                "node_name_prefix": "gpu",
-                "replicas": 2,
-                "vendor": "nvidia",
-                "product": "NVIDIA H100 80GB HBM3",
-                "cpu": "AMD EPYC 9654 96-Core Processor",
-                "cpu_sockets": 2,
-                "cpu_cores": 192,
-                "memory_gib": 1536,
-                "gpu_count": 8,
-            },
-            {
-                "node_name": "odd",
-                "vendor": "amd",
-                "product": "Mystery Accelerator 9",
-                "cpu": "Mystery CPU 1",
-                "cpu_cores": 8,
-                "memory_gib": 64,
-                "gpu_count": 1,
-            },
-            {
-                "node_name_prefix": "cpu",
-                "cpu": "INTEL(R) XEON(R) GOLD 6530",
-                "cpu_sockets": 2,
-                "cpu_cores": 64,
-                "memory_gib": 512,
-            },
+            inventory_group("gpu", replicas=2, gpus=8, product="NVIDIA H100 80GB HBM3"),
+            inventory_group(
+                node_name="odd",
+                vendor="amd",
+                product="Mystery Accelerator 9",
+                cpu="Mystery CPU 1",
+                cpu_sockets=1,
+                cpu_cores=8,
+                memory_gib=64,
+                gpus=1,
+            ),
+            inventory_group("cpu", cpu="INTEL(R) XEON(R) GOLD 6530", cpu_cores=64, memory_gib=512),
         ]
     }
 )

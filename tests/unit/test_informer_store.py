@@ -14,27 +14,23 @@ from joulie.kube.projections import (
     pods_by_annotation_and_phase,
     pods_by_node,
 )
+from tests.support import builders
+from tests.support.builders import container
 
 
 def pod(
     name: str, node: str = "", phase: str = "Pending", rv: str = "1", **annotations: str
 ) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "resourceVersion": rv,
-            "annotations": annotations,
-            "uid": f"uid-{name}",
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "c", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "2"}}}
-            ],
-        },
-        "status": {"phase": phase},
-    }
+    return builders.pod(
+        name,
+        namespace="ns",
+        rv=rv,
+        annotations=annotations,
+        uid=f"uid-{name}",
+        node_name=node,
+        containers=[container({"cpu": "500m", "nvidia.com/gpu": "2"})],
+        phase=phase,
+    )
 
 
 def make() -> tuple[Informer[SlimPod], list[tuple[str, str]]]:

@@ -19,6 +19,7 @@ from joulie.manager.lifecycle.facts import (
     launched_at,
     pending_demand,
 )
+from tests.support.builders import container, pod
 
 project_node = node_projection(annotation_keys=LIFECYCLE_NODE_ANNOTATIONS)
 project_pod = pod_projection(
@@ -53,23 +54,15 @@ def raw_pod(
     resources: dict[str, str] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {
-            "name": "p",
-            "namespace": "ns",
-            "ownerReferences": [{"kind": owner, "controller": True}],
-            "annotations": extra.get("annotations", {}),
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "c", "resources": {"requests": resources or {"cpu": "1"}}}],
-        },
-        "status": {
-            "phase": phase,
-            **({"nominatedNodeName": extra["nominated"]} if "nominated" in extra else {}),
-        },
-    }
-    return pod
+    return pod(
+        namespace="ns",
+        owner=owner,
+        annotations=extra.get("annotations", {}),
+        node_name=node,
+        containers=[container(resources or {"cpu": "1"})],
+        phase=phase,
+        status={"nominatedNodeName": extra["nominated"]} if "nominated" in extra else None,
+    )
 
 
 def test_which_pods_make_a_node_busy() -> None:

@@ -16,6 +16,8 @@ from structlog.testing import capture_logs
 from joulie.api import keys
 from joulie.kube.client import KubeClient
 from joulie.manager.cache import ClusterCache, simulated_node
+from tests.support import builders
+from tests.support.builders import nodehardware
 
 
 @pytest.fixture
@@ -30,16 +32,12 @@ def cache() -> tuple[ClusterCache, list[int]]:
 
 def node(name: str, *, kwok: bool, rv: int = 1) -> dict[str, Any]:
     annotations = {keys.KWOK_NODE_ANNOTATION: keys.KWOK_NODE_VALUE} if kwok else {}
-    return {"metadata": {"name": name, "resourceVersion": str(rv), "annotations": annotations}}
+    return builders.node(name, rv=rv, annotations=annotations)
 
 
 def hardware(name: str, simulated: str | None, rv: int = 1) -> dict[str, Any]:
     labels = {keys.SIMULATED_LABEL: simulated} if simulated is not None else {}
-    return {
-        "metadata": {"name": name, "resourceVersion": str(rv), "labels": labels},
-        "spec": {"nodeName": name},
-        "status": {"cpu": {"sockets": 2}},
-    }
+    return nodehardware(name, rv=rv, labels=labels, status={"cpu": {"sockets": 2}})
 
 
 def event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from joulie.manager.planner import Planner
 from joulie.manager.power import PowerReader, build_source
 from joulie.manager.settings import ManagerSettings
 from joulie.manager.twin_status import TwinTracker
+from tests.support import builders
 
 
 class AcceptingApi:
@@ -40,20 +41,13 @@ class AcceptingApi:
         return {"metadata": {"resourceVersion": str(len(self.requests))}}
 
 
-def node(name: str) -> dict[str, Any]:
-    labels = {keys.MANAGED_LABEL: "true"}
-    return {
-        "type": "ADDED",
-        "object": {"metadata": {"name": name, "resourceVersion": "1", "labels": labels}},
-    }
-
-
 def reconcile_once(api: AcceptingApi) -> MutableMapping[str, Any]:
     settings = ManagerSettings.from_env({"STATIC_HP_FRAC": "0.5"}).settings
     client = cast(KubeClient, api)
     cache = ClusterCache(client, "joulie-manager", lambda: None)
     for name in ("n1", "n2", "n3", "n4"):
-        cache.nodes._apply(node(name))
+        node = builders.node(name, rv=1, labels={keys.MANAGED_LABEL: "true"})
+        cache.nodes._apply({"type": "ADDED", "object": node})
     events = EventRecorder(client, "joulie-manager", "test")
     controller = Controller(
         60.0,

@@ -13,6 +13,8 @@ import pytest
 from joulie.api import keys
 from joulie.kube.client import KubeClient
 from joulie.manager.cache import ClusterCache
+from tests.support import builders
+from tests.support.builders import container, node, nodehardware
 
 
 @pytest.fixture
@@ -28,34 +30,22 @@ def cache() -> tuple[ClusterCache, list[int]]:
 def pod(
     name: str, *, phase: str = "Running", gpus: int = 0, klass: str | None = None, rv: int = 1
 ) -> dict[str, Any]:
-    annotations = {keys.WORKLOAD_CLASS_ANNOTATION: klass} if klass else {}
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "resourceVersion": str(rv),
-            "annotations": annotations,
-        },
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": resources}]},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "lastProbeTime": str(rv)}]},
-    }
+    return builders.pod(
+        name,
+        namespace="default",
+        rv=rv,
+        annotations={keys.WORKLOAD_CLASS_ANNOTATION: klass} if klass else {},
+        node_name="n1",
+        containers=[container(limits={"nvidia.com/gpu": str(gpus)} if gpus else None)],
+        phase=phase,
+        status={"conditions": [{"type": "Ready", "lastProbeTime": str(rv)}]},
+    )
 
 
 def hardware(sockets: int, beat: int) -> dict[str, Any]:
     """The NodeHardware of n1 as its agent's ``beat``-th write leaves it."""
-    return {
-        "metadata": {"name": "n1", "resourceVersion": str(beat)},
-        "spec": {"nodeName": "n1"},
-        "status": {
-            "cpu": {"sockets": sockets},
-            "updatedAt": f"2026-01-01T00:{beat // 60:02d}:{beat % 60:02d}Z",
-        },
-    }
-
-
-def node(labels: dict[str, str], rv: int = 1) -> dict[str, Any]:
-    return {"metadata": {"name": "n1", "resourceVersion": str(rv), "labels": labels}}
+    updated = f"2026-01-01T00:{beat // 60:02d}:{beat % 60:02d}Z"
+    return nodehardware("n1", rv=beat, status={"cpu": {"sockets": sockets}, "updatedAt": updated})
 
 
 def event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +115,13 @@ def test_an_invalid_nodehardware_status_is_unusable(cache: tuple[ClusterCache, l
 
 def test_our_own_label_is_not_a_change(cache: tuple[ClusterCache, list[int]]) -> None:
     c, fired = cache
-    c.nodes._apply(event("ADDED", node({"a": "1"})))
+    c.nodes._apply(event("ADDED", node(rv=1, labels={"a": "1"})))
     assert fired[0] == 1
-    c.nodes._apply(event("MODIFIED", node({"a": "1", keys.POWER_PROFILE_LABEL: "eco"}, rv=2)))
+    c.nodes._apply(
+        event("MODIFIED", node(rv=2, labels={"a": "1", keys.POWER_PROFILE_LABEL: "eco"}))
+    )
     assert fired[0] == 1
-    c.nodes._apply(event("MODIFIED", node({"a": "2", keys.POWER_PROFILE_LABEL: "eco"}, rv=3)))
+    c.nodes._apply(
+        event("MODIFIED", node(rv=3, labels={"a": "2", keys.POWER_PROFILE_LABEL: "eco"}))
+    )
     assert fired[0] == 2

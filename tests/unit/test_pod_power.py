@@ -21,6 +21,8 @@ from joulie.core.pod_power import (
     node_power_profile,
     pod_demand,
 )
+from tests.support import builders
+from tests.support.builders import container
 
 EXAMPLES: dict[str, Any] = yaml.safe_load(
     (Path(__file__).resolve().parents[1] / "data/spec/extender-examples.yaml").read_text()
@@ -29,32 +31,21 @@ POWER = EXAMPLES["power"]
 GIB = 2**30
 
 
-def container(
-    requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if requests is not None:
-        resources["requests"] = requests
-    if limits is not None:
-        resources["limits"] = limits
-    return {"name": "c", "resources": resources, **extra}
-
-
 def pod(
     *containers: dict[str, Any],
     init: list[dict[str, Any]] | None = None,
     workload_class: str | None = None,
     overhead: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": list(containers)}
+    spec: dict[str, Any] = {}
     if init is not None:
         spec["initContainers"] = init
     if overhead is not None:
         spec["overhead"] = overhead
-    metadata: dict[str, Any] = {"name": "p", "namespace": "default"}
-    if workload_class is not None:
-        metadata["annotations"] = {"joulie.io/workload-class": workload_class}
-    return {"metadata": metadata, "spec": spec}
+    annotations = None if workload_class is None else {"joulie.io/workload-class": workload_class}
+    return builders.pod(
+        namespace="default", containers=list(containers), annotations=annotations, spec=spec
+    )
 
 
 def hardware(**status: Any) -> NodeHardwareStatus:

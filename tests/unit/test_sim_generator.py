@@ -19,6 +19,7 @@ from joulie.api.workload import DisruptionMode
 from joulie.core.power_model import Throughput
 from joulie.sim.generator import GeneratorOptions, diurnal_rate, generate
 from joulie.sim.trace import Workload, dump_trace, parse_trace
+from tests.support.builders import inventory_group
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "joulie" / "sim" / "data" / "inventories"
 GIB = 1 << 30
@@ -35,16 +36,12 @@ def generated(name: str, hours: float, arrivals: str = "poisson") -> list[Worklo
 
 
 def _group(prefix: str, cores: int, memory: float, gpus: int = 0, vendor: str = "none") -> Any:
-    group: dict[str, Any] = {
-        "node_name_prefix": prefix,
-        "replicas": 3,
-        "cpu": "Some CPU",
-        "cpu_cores": cores,
-        "memory_gib": memory,
-    }
-    if gpus:
-        group.update(vendor=vendor, product=f"{vendor} accelerator", gpu_count=gpus)
-    return group
+    """Three one-socket nodes of a CPU no catalog knows, with ``gpus`` boards of ``vendor``."""
+    product = f"{vendor} accelerator" if gpus else ""
+    return inventory_group(
+        prefix, replicas=3, cpu="Some CPU", cpu_sockets=1, cpu_cores=cores, memory_gib=memory,
+        gpus=gpus, product=product, vendor=vendor,
+    )  # fmt: skip
 
 
 CPU_ONLY = parse_inventory({"nodes": [_group("c", 32, 128)]})

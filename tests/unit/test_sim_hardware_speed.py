@@ -18,33 +18,20 @@ from joulie.sim.engine import Engine, Scenario
 from joulie.sim.fleet import build_fleet
 from joulie.sim.pods import pod_manifest
 from joulie.sim.trace import Workload
+from tests.support.builders import inventory_group, workload
 
 CATALOG = Catalog.load()
 
 
-def gpu_node(product: str, gpus: int = 8) -> dict[str, object]:
-    return {
-        "node_name_prefix": product.lower().replace(" ", "-"),
-        "replicas": 1,
-        "vendor": "nvidia",
-        "product": product,
-        "cpu": "AMD EPYC 9654 96-Core Processor",
-        "cpu_sockets": 2,
-        "cpu_cores": 192,
-        "memory_gib": 1536,
-        "gpu_count": gpus,
-    }
+def gpu_node(product: str) -> dict[str, object]:
+    return inventory_group(product.lower().replace(" ", "-"), gpus=8, product=product)
 
 
 def gpu_work(kind: str, cpu_share: float = 0.0, gpu_share: float = 0.0) -> Workload:
-    return Workload(
-        id="w",
-        submit_s=0.0,
-        work_s=3600.0,
+    return workload(
         cpu_millis=8000,
         memory_bytes=64 << 30,
         gpus=1,
-        gpu_resource="nvidia.com/gpu",
         cpu_sensitivity=cpu_share,
         gpu_sensitivity=gpu_share,
         gpu_util=0.9,

@@ -23,21 +23,18 @@ from joulie.sim.results import RunResult
 from joulie.sim.run_spec import RunSpec
 from joulie.sim.scenario import run, scenario_of
 from joulie.sim.trace import Workload
+from tests.support.builders import inventory_group, workload
 
 FOUR_CPU_NODES = parse_inventory(
     {
         "nodes": [
-            {
-                "node_name_prefix": "cpu",
-                "replicas": 4,
-                "vendor": "none",
-                "product": "",
-                "cpu": "AMD EPYC 9375F 32-Core Processor",
-                "cpu_sockets": 2,
-                "cpu_cores": 64,
-                "memory_gib": 770,
-                "gpu_count": 0,
-            }
+            inventory_group(
+                "cpu",
+                replicas=4,
+                cpu="AMD EPYC 9375F 32-Core Processor",
+                cpu_cores=64,
+                memory_gib=770,
+            )
         ]
     }
 )
@@ -54,14 +51,7 @@ def catalog() -> Catalog:
 def whole_node(id: str, submit: float, work: float = 4 * HOUR) -> Workload:
     """A job that takes all the CPU of one of the four nodes; no clock moves its run time (it is
     the lifecycle's timing these tests read, not how fast a part works)."""
-    return Workload(
-        id=id,
-        submit_s=submit,
-        work_s=work,
-        cpu_millis=64_000,
-        memory_bytes=1 << 30,
-        cpu_sensitivity=0.0,
-    )
+    return workload(id, submit_s=submit, work_s=work, cpu_millis=64_000, cpu_sensitivity=0.0)
 
 
 def scenario(
@@ -157,31 +147,20 @@ MIXED = parse_inventory(
     {
         "nodes": [
             FOUR_CPU_NODES.nodes[0].model_dump(exclude_none=True) | {"replicas": 2},
-            {
-                "node_name_prefix": "gpu",
-                "replicas": 2,
-                "vendor": "nvidia",
-                "product": "NVIDIA H100 NVL",
-                "cpu": "AMD EPYC 9654 96-Core Processor",
-                "cpu_sockets": 2,
-                "cpu_cores": 192,
-                "memory_gib": 1536,
-                "gpu_count": 8,
-            },
+            inventory_group("gpu", replicas=2, gpus=8, product="NVIDIA H100 NVL"),
         ]
     }
 )
 
 
 def test_a_cpu_job_wakes_a_cpu_node_and_a_gpu_job_a_gpu_node(catalog: Catalog) -> None:
-    small = Workload(id="cpu", submit_s=3 * HOUR, work_s=HOUR, cpu_millis=8000)
-    gpu = Workload(
-        id="gpu",
+    small = workload("cpu", submit_s=3 * HOUR, work_s=HOUR, cpu_millis=8000)
+    gpu = workload(
+        "gpu",
         submit_s=5 * HOUR,
         work_s=HOUR,
         cpu_millis=8000,
         gpus=4,
-        gpu_resource="nvidia.com/gpu",
         cpu_sensitivity=0.1,
         gpu_sensitivity=0.8,
     )

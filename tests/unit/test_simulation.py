@@ -7,14 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hack.cluster.nodes import node_manifest
 from joulie.api import keys
-from joulie.api.inventory import NodeGroup
 from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod, node_projection
 from joulie.sim.simulation import Simulation, UnknownNode, node_load, node_spec
+from tests.support.builders import kwok_node, node_group
 
 CATALOG = Catalog.load()
 PROJECT = node_projection(
@@ -24,17 +23,10 @@ NOW = datetime(2026, 11, 29, tzinfo=UTC)
 
 
 def node(name: str, cpu: str, gpu: str = "", gpus: int = 0, cores: int = 64) -> SlimNode:
-    group = NodeGroup(
-        node_name=name,
-        cpu=cpu,
-        cpu_sockets=2,
-        cpu_cores=cores,
-        memory_gib=256,
-        vendor="nvidia" if gpus else "none",
-        product=gpu,
-        gpu_count=gpus,
+    group = node_group(
+        node_name=name, cpu=cpu, cpu_cores=cores, memory_gib=256, product=gpu, gpus=gpus
     )
-    return PROJECT(node_manifest(name, group))
+    return PROJECT(kwok_node(name, group))
 
 
 def pod(name: str, node_name: str, cpu_millis: int, gpus: int = 0, **annotations: str) -> SlimPod:

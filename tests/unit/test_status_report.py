@@ -11,6 +11,8 @@ from joulie.api import keys
 from joulie.kube.projections import node_projection, pod_projection
 from joulie.status.report import build, controls_text, table
 from joulie.status.views import twin_view
+from tests.support import builders
+from tests.support.builders import node, nodetwin
 
 
 def twin(
@@ -41,27 +43,21 @@ def twin(
     }
     if results:
         status["controlStatus"] = {k: {"result": v} for k, v in results.items()}
-    spec: dict[str, Any] = {"nodeName": name, "profile": profile}
-    if profile == "eco":
-        spec["cpu"] = {
-            "packagePowerCapPctOfMax": 60,
-            "governor": {"preset": "efficiency"},
-        }
-        spec["gpu"] = {"powerCap": {"scope": "perGpu", "capWattsPerGpu": 350}}
-    return {"metadata": {"name": name}, "spec": spec, "status": status}
-
-
-def node(name: str) -> Any:
-    return node_projection()({"metadata": {"name": name, "labels": {}}, "status": {}})
+    caps = {
+        "cpu": {"packagePowerCapPctOfMax": 60, "governor": {"preset": "efficiency"}},
+        "gpu": {"powerCap": {"scope": "perGpu", "capWattsPerGpu": 350}},
+    }
+    return {**nodetwin(name, profile, spec=caps if profile == "eco" else None), "status": status}
 
 
 def pod(name: str, klass: str | None, phase: str) -> Any:
-    annotations = {keys.WORKLOAD_CLASS_ANNOTATION: klass} if klass else {}
-    raw = {
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-        "spec": {"nodeName": "n1" if phase == "Running" else ""},
-        "status": {"phase": phase},
-    }
+    raw = builders.pod(
+        name,
+        namespace="ml",
+        annotations={keys.WORKLOAD_CLASS_ANNOTATION: klass} if klass else {},
+        node_name="n1" if phase == "Running" else "",
+        phase=phase,
+    )
     return pod_projection(annotation_keys=(keys.WORKLOAD_CLASS_ANNOTATION,))(raw)
 
 
@@ -81,7 +77,7 @@ PODS = [
 
 
 def report(lease: bool = True) -> Any:
-    nodes = [node(n) for n in ("n1", "n2", "n3", "n4")]
+    nodes = [node_projection()(node(n, labels={})) for n in ("n1", "n2", "n3", "n4")]
     return build(nodes, map(twin_view, TWINS), PODS, manager_lease_current=lease)
 
 

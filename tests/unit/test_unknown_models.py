@@ -11,27 +11,33 @@ from pathlib import Path
 
 from joulie.hardware.catalog import Catalog, model_key
 from joulie.hardware.family import hardware_family
+from tests.support.builders import inventory_group, inventory_yaml
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
 INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 
 
-def group(prefix: str, replicas: int, cpu: str, product: str = "", gpus: int = 0) -> str:
-    vendor = "nvidia" if gpus else "none"
-    return (
-        f"  - node_name_prefix: {prefix}\n    replicas: {replicas}\n    vendor: {vendor}\n"
-        f'    product: "{product}"\n    cpu: {cpu}\n    cpu_sockets: 2\n    cpu_cores: 64\n'
-        f"    memory_gib: 256\n    gpu_count: {gpus}\n"
-    )
-
-
 def inventory(tmp_path: Path) -> Path:
     path = tmp_path / "odd.yaml"
+    gpu_host = "AMD EPYC 9655 96-Core Processor"
     path.write_text(
-        "nodes:\n"
-        + group("odd-a", 3, "Unknown CPU 9000")
-        + group("odd-b", 2, "Unknown CPU 9000")
-        + group("gpu-x", 2, "AMD EPYC 9655 96-Core Processor", product="Tesla-X", gpus=4)
+        inventory_yaml(
+            inventory_group(
+                "odd-a", replicas=3, cpu="Unknown CPU 9000", cpu_cores=64, memory_gib=256
+            ),
+            inventory_group(
+                "odd-b", replicas=2, cpu="Unknown CPU 9000", cpu_cores=64, memory_gib=256
+            ),
+            inventory_group(
+                "gpu-x",
+                replicas=2,
+                cpu=gpu_host,
+                cpu_cores=64,
+                memory_gib=256,
+                product="Tesla-X",
+                gpus=4,
+            ),
+        )
     )
     return path
 

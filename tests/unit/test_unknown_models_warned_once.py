@@ -17,7 +17,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from joulie.api import keys
-from joulie.api.inventory import NodeGroup
 from joulie.cli import main as cli
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
@@ -34,6 +33,7 @@ from joulie.kube.client import KubeClient
 from joulie.manager.cache import ClusterCache
 from joulie.manager.planner import Planner
 from joulie.manager.settings import ManagerSettings
+from tests.support.builders import inventory_group, inventory_yaml, node, node_group
 
 CATALOG = Catalog.load()
 ODD_CPU = "Zephyr ZX-9999"
@@ -42,12 +42,9 @@ KNOWN_CPU = "AMD EPYC 9534 64-Core Processor"
 KNOWN_GPU = "NVIDIA L40S"
 
 
-def group(prefix: str, replicas: int, cpu: str, product: str = "", gpus: int = 0) -> str:
-    vendor = "nvidia" if gpus else "none"
-    return (
-        f"  - node_name_prefix: {prefix}\n    replicas: {replicas}\n    vendor: {vendor}\n"
-        f'    product: "{product}"\n    cpu: {cpu}\n    cpu_sockets: 2\n    cpu_cores: 32\n'
-        f"    memory_gib: 256\n    gpu_count: {gpus}\n"
+def group(prefix: str, replicas: int, cpu: str, product: str = "", gpus: int = 0) -> dict[str, Any]:
+    return inventory_group(
+        prefix, replicas=replicas, cpu=cpu, cpu_cores=32, memory_gib=256, product=product, gpus=gpus
     )
 
 
@@ -56,11 +53,12 @@ def odd_inventory(tmp_path: Path) -> Path:
     nodes whose GPU model is not given ("?" leaves no model in the label)."""
     path = tmp_path / "odd.yaml"
     path.write_text(
-        "nodes:\n"
-        + group("q", 3, ODD_CPU, product=ODD_GPU, gpus=4)
-        + group("c", 2, "ZEPHYR-ZX-9999")
-        + group("u", 2, KNOWN_CPU, product="?", gpus=2)
-        + group("k", 1, KNOWN_CPU, product=KNOWN_GPU, gpus=2)
+        inventory_yaml(
+            group("q", 3, ODD_CPU, product=ODD_GPU, gpus=4),
+            group("c", 2, "ZEPHYR-ZX-9999"),
+            group("u", 2, KNOWN_CPU, product="?", gpus=2),
+            group("k", 1, KNOWN_CPU, product=KNOWN_GPU, gpus=2),
+        )
     )
     return path
 
@@ -68,7 +66,9 @@ def odd_inventory(tmp_path: Path) -> Path:
 def known_inventory(tmp_path: Path) -> Path:
     path = tmp_path / "known.yaml"
     path.write_text(
-        "nodes:\n" + group("k", 2, KNOWN_CPU, product=KNOWN_GPU, gpus=2) + group("c", 1, KNOWN_CPU)
+        inventory_yaml(
+            group("k", 2, KNOWN_CPU, product=KNOWN_GPU, gpus=2), group("c", 1, KNOWN_CPU)
+        )
     )
     return path
 
@@ -116,9 +116,9 @@ def test_sightings_of_one_model_are_one_entry_with_their_nodes_added_up() -> Non
 
 def test_a_known_model_is_no_unknown_part_and_an_odd_one_is() -> None:
     def view(cpu: str, product: str = "", gpus: int = 0) -> Any:
-        g = NodeGroup(
-            node_name="n", vendor="nvidia" if gpus else "none", product=product, cpu=cpu,
-            cpu_cores=8, memory_gib=32, gpu_count=gpus,
+        g = node_group(
+            node_name="n", cpu=cpu, cpu_sockets=1, cpu_cores=8, memory_gib=32, product=product,
+            gpus=gpus,
         )  # fmt: skip
         return hardware_view(None, g.hardware_labels(), {}, g.capacity(), CATALOG)
 
@@ -202,19 +202,13 @@ def test_plan_warns_once_per_model_on_stderr_and_prints_json_on_stdout(
 def node_events(
     prefix: str, replicas: int, cpu: str, product: str = "", gpus: int = 0
 ) -> list[Any]:
-    g = NodeGroup(
-        node_name_prefix=prefix, replicas=replicas, vendor="nvidia" if gpus else "none",
-        product=product, cpu=cpu, cpu_cores=32, memory_gib=256, gpu_count=gpus,
+    g = node_group(
+        prefix, replicas=replicas, cpu=cpu, cpu_sockets=1, cpu_cores=32, memory_gib=256,
+        product=product, gpus=gpus,
     )  # fmt: skip
     labels = {**g.hardware_labels(), keys.MANAGED_LABEL: "true"}
     return [
-        {
-            "type": "ADDED",
-            "object": {
-                "metadata": {"name": name, "resourceVersion": "1", "labels": labels},
-                "status": {"allocatable": g.capacity()},
-            },
-        }
+        {"type": "ADDED", "object": node(name, rv=1, labels=labels, allocatable=g.capacity())}
         for name in g.node_names()
     ]
 

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from joulie.api import keys
 from joulie.kube.ownership import (
     Observed,
     applied_paths,
@@ -16,17 +17,13 @@ from joulie.kube.ownership import (
     values_match,
 )
 from joulie.kube.writes import _merge_is_noop, fingerprint
+from tests.support.builders import joulie_object
 
 MAP_LISTS = {"conditions": ("type",)}
 
 
 def body(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "joulie.io/v1alpha1",
-        "kind": "NodeTwin",
-        "metadata": {"name": "n1"},
-        "status": status,
-    }
+    return {**joulie_object(keys.NODE_TWIN_KIND, "n1"), "status": status}
 
 
 def stored(
@@ -140,10 +137,9 @@ def test_labels_the_manager_owns_are_compared_by_value() -> None:
     changes; a label another writer added beside it is not."""
 
     def applied(value: str) -> dict[str, Any]:
+        labels = {keys.SIMULATED_LABEL: value}
         return {
-            "apiVersion": "joulie.io/v1alpha1",
-            "kind": "NodeTwin",
-            "metadata": {"name": "n1", "labels": {"joulie.io/simulated": value}},
+            **joulie_object(keys.NODE_TWIN_KIND, "n1", labels=labels),
             "spec": {"profile": "eco"},
         }
 
