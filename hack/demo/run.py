@@ -39,12 +39,12 @@ from hack.demo.view import CLEAR, Frame, Outcome, Placements, frame_text, summar
 from hack.demo.workload import DemoPod, workload
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
+from joulie.cli.status.command import StatusCaches
+from joulie.cli.status.report import workload_class
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers
 from joulie.kube.projections import SlimPod
 from joulie.settings import Duration, EnvSettings
-from joulie.status.command import StatusCaches
-from joulie.status.report import workload_class
 
 INVENTORY = REPO / "tests" / "data" / "inventories" / "02-cluster-nodes.yaml"
 SELECTOR = f"{keys.MANAGED_LABEL}=true"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from joulie.status.report import Summary, summary_lines
+from joulie.cli.status.report import Summary, summary_lines
 
 BAR_WIDTH = 40
 CLEAR = "\x1b[H\x1b[2J"

@@ -91,8 +91,8 @@ def _parser() -> argparse.ArgumentParser:
         "failing) for this long (default 15)",
     )
     from joulie.cli.lifecycle import add_parser as add_lifecycle
-    from joulie.sim.cli_args import add_parser as add_simulate
-    from joulie.status.args import add_parser as add_status
+    from joulie.cli.simulate_args import add_parser as add_simulate
+    from joulie.cli.status.args import add_parser as add_status
 
     add_status(sub)
     add_simulate(sub)
@@ -110,11 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plan":
         return _plan(args)
     if args.command == "status":
-        from joulie.status.command import run as status
+        from joulie.cli.status.command import run as status
 
         return status(args)
     if args.command == "simulate":
-        from joulie.sim.command import run as simulate
+        from joulie.cli.simulate import run as simulate
 
         return simulate(args)
     if args.command == "lifecycle":
@@ -206,14 +206,14 @@ def _config(roles_text: str, output: str) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from joulie.api.inventory import InventoryError, load_inventory
-    from joulie.hardware.catalog import CatalogError
-    from joulie.manager.plan import (
+    from joulie.cli.plan import (
         inventory_nodes,
         load_catalog,
         make_plan,
         render,
         unrecognised_models,
     )
+    from joulie.hardware.catalog import CatalogError
     from joulie.manager.settings import ManagerSettings
 
     loaded = ManagerSettings.from_env(os.environ)
@@ -248,8 +248,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.live:
         import asyncio
 
+        from joulie.cli.plan import live
         from joulie.kube.connection import ClusterError
-        from joulie.manager.plan import live
         from joulie.process.logs import configure_logging
         from joulie.process.settings import LogFormat, LogLevel
 

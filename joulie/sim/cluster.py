@@ -35,8 +35,8 @@ from joulie.core.power_model import (
 )
 from joulie.kube.projections import SlimPod
 from joulie.sim.fleet import Fleet
+from joulie.sim.kwok_hardware import PodLoad, load_of, node_load, pod_load
 from joulie.sim.pods import slim_pod
-from joulie.sim.simulation import PodLoad, load_of, node_load, pod_load
 from joulie.sim.trace import Workload
 
 __all__ = ["Cluster", "Job"]

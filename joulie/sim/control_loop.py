@@ -42,8 +42,8 @@ from joulie.core.twin import (
 )
 from joulie.sim.cluster import Cluster
 from joulie.sim.fleet import Fleet
+from joulie.sim.kwok_hardware import apply_control
 from joulie.sim.placement import Scheduler
-from joulie.sim.simulation import apply_control
 
 __all__ = ["POWER_SOURCE", "ControlLoop"]
 

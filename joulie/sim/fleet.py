@@ -32,7 +32,7 @@ from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.simulated import simulated_hardware
 from joulie.hardware.unknown_models import Kind, UnknownModel, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
-from joulie.sim.simulation import node_spec
+from joulie.sim.kwok_hardware import node_spec
 
 __all__ = ["Fleet", "GroupModel", "build_fleet", "group_throughputs", "inventory_unknown_models"]
 

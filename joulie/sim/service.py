@@ -35,8 +35,8 @@ from joulie.kube.projections import (
     pods_by_node,
 )
 from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, split_address
+from joulie.sim.kwok_hardware import Simulation, UnknownNode
 from joulie.sim.settings import SimulatorSettings
-from joulie.sim.simulation import Simulation, UnknownNode
 
 log = structlog.get_logger("joulie.simulator")
 

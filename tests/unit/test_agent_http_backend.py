@@ -20,8 +20,8 @@ from joulie.api.nodetwin import CpuGovernorSpec, CpuSpec, GpuPowerCap, GpuSpec, 
 from joulie.api.telemetry import ControlRequest, CpuControl
 from joulie.core.enforcement import control_request
 from joulie.hardware.catalog import Catalog
+from joulie.sim.kwok_hardware import Simulation
 from joulie.sim.service import simulator_app
-from joulie.sim.simulation import Simulation
 from tests.unit.test_simulation import node, pod
 
 pytestmark = pytest.mark.asyncio

@@ -25,8 +25,8 @@ from prometheus_client.metrics_core import Metric
 from joulie.hardware.catalog import Catalog
 from joulie.kube.workqueue import WorkQueue
 from joulie.process.roles import ROLES
+from joulie.sim.kwok_hardware import Simulation
 from joulie.sim.service import SimulationCollector
-from joulie.sim.simulation import Simulation
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "manifests" / "grafana" / "joulie-dashboard.json"
 

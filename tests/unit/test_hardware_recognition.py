@@ -12,11 +12,11 @@ from joulie.api import keys
 from joulie.api.gpu import node_gpu_count
 from joulie.api.inventory import NodeGroup, parse_inventory
 from joulie.api.nodehardware import NodeHardware
+from joulie.cli.plan import inventory_nodes
 from joulie.core.twin import hardware_density
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import node_projection
-from joulie.manager.plan import inventory_nodes
 from tests.support.builders import inventory_group
 
 CATALOG = Catalog.load()

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from joulie.cli import main as cli
-from joulie.sim.cli_args import add_parser
-from joulie.sim.command import specs_from_args
+from joulie.cli.simulate import specs_from_args
+from joulie.cli.simulate_args import add_parser
 from joulie.sim.run_spec import RunSpec
 
 SWEEP = {

@@ -12,7 +12,7 @@ from joulie.api.telemetry import ControlRequest
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod, node_projection
-from joulie.sim.simulation import Simulation, UnknownNode, node_load, node_spec
+from joulie.sim.kwok_hardware import Simulation, UnknownNode, node_load, node_spec
 from tests.support.builders import kwok_node, node_group
 
 CATALOG = Catalog.load()

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from joulie.api import keys
+from joulie.cli.status.report import build, controls_text, table
+from joulie.cli.status.views import twin_view
 from joulie.kube.projections import node_projection, pod_projection
-from joulie.status.report import build, controls_text, table
-from joulie.status.views import twin_view
 from tests.support import builders
 from tests.support.builders import node, nodetwin
 

@@ -1,4 +1,4 @@
-"""The ``status`` subcommand's arguments, kept apart from :mod:`joulie.status.command` so that
+"""The ``status`` subcommand's arguments, kept apart from :mod:`joulie.cli.status.command` so that
 building the CLI's parser does not import the Kubernetes client for every other subcommand."""
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from joulie.api import keys
+from joulie.cli.status.report import Report, build, table
+from joulie.cli.status.views import TwinView, twin_view
 from joulie.core.twin import lease_is_current
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Informer, InformerBundle
 from joulie.kube.lease_watch import LeaseWatch
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
-from joulie.status.report import Report, build, table
-from joulie.status.views import TwinView, twin_view
 
 NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"

@@ -1,4 +1,4 @@
-"""The ``simulate`` subcommand's arguments, kept apart from :mod:`joulie.sim.command` so that
+"""The ``simulate`` subcommand's arguments, kept apart from :mod:`joulie.cli.simulate` so that
 building the CLI's parser imports neither numpy nor the engine."""
 
 from __future__ import annotations

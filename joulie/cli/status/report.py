@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from joulie.api import keys
+from joulie.cli.status.views import CONTROL_KEYS, TwinView
 from joulie.core.twin import measurement_failed
 from joulie.kube.projections import SlimNode, SlimPod
-from joulie.status.views import CONTROL_KEYS, TwinView
 
 UNSET = "-"
 
