@@ -10,7 +10,8 @@ the extender). Once the body is read, the extender answers 200 whatever happens:
 limit is already spent, or the placement fails or breaks its contract, filter passes every node
 and prioritize scores every node alike (an "Error" in a filter answer would fail the pod's
 scheduling attempt). The placement is called inline on the event loop: its work is microseconds
-to milliseconds of CPU and needs no thread.
+to milliseconds of CPU and needs no thread. How a body is taken (one call at a time, within the
+limits, a large one read off the loop) is :mod:`joulie.extender.intake`.
 
 Routes:
 
@@ -36,16 +37,13 @@ import gc
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
 
 import structlog
 from aiohttp import web
 
-from joulie.api import json_body
 from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
@@ -53,22 +51,13 @@ from joulie.core.preemption_candidates import Candidate
 from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender import wire, wire_preempt
 from joulie.extender.failure_log import FailureLog
+from joulie.extender.intake import Answer, BodyIntake, Refused, text_answer
 from joulie.extender.metrics import Outcome, Verb, record
 from joulie.extender.settings import ExtenderSettings
-from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, format_duration, split_address
+from joulie.settings import IDLE_CONNECTION_TIMEOUT_S, split_address
 
 log = structlog.get_logger("joulie.extender")
 _T = TypeVar("_T")
-
-MAX_BODIES_AT_ONCE: Final = 1
-"""Calls whose bodies are read and decided at once. A body is held about three times while it is
-read (the bytes, the part decoded apart from the node names, the decoded values), so memory for
-bodies stays under about 3 x EXTENDER_MAX_BODY_BYTES plus one earlier body still being answered:
-four 100 MB bodies on four connections took the process from 74 to 486 MiB at most
-(bench.hostile); two at a time, each kept on its idle connection, had taken it to 788 MiB."""
-OFF_LOOP_BYTES: Final = 1024**2
-"""Bodies from this size on are read on a thread (a 5,000-name body, 100 KB, takes about a
-millisecond on the loop; a thread's hand-off would cost more than it saves)."""
 
 
 class Placement(Protocol):
@@ -121,25 +110,7 @@ def tls_context(settings: ExtenderSettings) -> ssl.SSLContext | None:
     return context
 
 
-# --- answers -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Answer:
-    status: int
-    body: bytes
-    outcome: Outcome
-    nodes: int | None = None
-    content_type: str = "application/json"
-
-
-def _text(status: int, outcome: Outcome, reason: str) -> _Answer:
-    return _Answer(status, (reason + "\n").encode(), outcome, content_type="text/plain")
-
-
-class _Refused(Exception):
-    def __init__(self, answer: _Answer) -> None:
-        self.answer = answer
+# --- answers ------------------------------------------------------------------------------------
 
 
 def debug_pod(query: Mapping[str, str]) -> dict[str, Any]:
@@ -215,82 +186,9 @@ def extender_app(
     max_body = settings.extender_max_body_bytes
     failures = FailureLog(clock)
     lists = wire.NameLists()
-    # Bodies held at once: kube-scheduler sends one call at a time (filter, then prioritize).
-    # The others wait their turn within their time limit: four 100 MB bodies at once had taken
-    # RSS to 640 MiB.
-    admitted = asyncio.Semaphore(MAX_BODIES_AT_ONCE)
-    # Large bodies are read on a thread of their own, so that the event loop (health probes,
-    # informers, other calls) goes on meanwhile: a million names had held it for 4 s. One
-    # thread: the reading is CPU work, and NameLists is shared.
-    reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extender-read")
-
-    async def parse(body: bytes, verb: Verb) -> wire.ExtenderArgs:
-        return await off_loop(body, verb, lambda: wire.parse_args(body, lists))
-
-    async def off_loop(body: bytes, verb: Verb, reader_of: Callable[[], _T]) -> _T:
-        if len(body) < OFF_LOOP_BYTES:
-            return read(reader_of, verb)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(reader, read, reader_of, verb)
-
-    def read(reader: Callable[[], _T], verb: Verb) -> _T:
-        """The body as ``reader`` reads it; a malformed one is refused with 400 and its reason."""
-        try:
-            return reader()
-        except wire.WireError as exc:
-            failures.report(
-                (verb.value, "bad_request"),
-                "refused a malformed request",
-                verb=verb.value,
-                reason=exc.reason,
-            )
-            raise _Refused(_text(400, Outcome.BAD_REQUEST, exc.reason)) from None
-        except Exception as exc:  # a bug in the reading must not become a 500
-            failures.internal(verb.value, exc)
-            reason = f"body could not be read: {type(exc).__name__}: {exc}"
-            raise _Refused(_text(400, Outcome.INTERNAL_ERROR, reason)) from None
-
-    async def read_body(request: web.Request, started: float, within: float | None) -> bytes:
-        length = request.content_length
-        if length is not None and length > max_body:
-            raise _Refused(too_large())
-        try:
-            remaining = None if within is None else max(within - (clock() - started), 0.0)
-            async with asyncio.timeout(remaining):
-                # Not request.read(): it keeps the body on the request, and aiohttp keeps the
-                # request until the connection's next one, so every idle keep-alive connection
-                # held its last body (four 100 MB calls on four connections: 754 MiB peak).
-                return await json_body.read_capped(request.content.iter_any(), max_body)
-        except TimeoutError:
-            reason = f"body not received within EXTENDER_REQUEST_TIMEOUT={format_duration(limit_s)}"
-            raise _Refused(_text(408, Outcome.TIMEOUT, reason)) from None
-        except json_body.JsonBodyError:  # chunked, and past the limit
-            raise _Refused(too_large()) from None
-        except Exception as exc:  # the sender went away or broke its framing mid-body
-            reason = f"body could not be read: {type(exc).__name__}: {exc}"
-            raise _Refused(_text(400, Outcome.BAD_REQUEST, reason)) from None
-
-    @asynccontextmanager
-    async def turn(started: float) -> AsyncIterator[None]:
-        """Wait, within the time limit, until fewer than MAX_BODIES_AT_ONCE bodies are held;
-        429 (too many at once: never a 5xx to kube-scheduler) when no turn comes."""
-        try:
-            async with asyncio.timeout(max(limit_s - (clock() - started), 0.0)):
-                await admitted.acquire()
-        except TimeoutError:
-            reason = (
-                "other calls held the extender (it reads one at a time) for all of "
-                f"EXTENDER_REQUEST_TIMEOUT={format_duration(limit_s)}"
-            )
-            raise _Refused(_text(429, Outcome.TIMEOUT, reason)) from None
-        try:
-            yield
-        finally:
-            admitted.release()
-
-    def too_large() -> _Answer:
-        reason = f"body larger than EXTENDER_MAX_BODY_BYTES ({max_body} bytes)"
-        return _text(413, Outcome.TOO_LARGE, reason)
+    intake = BodyIntake(
+        max_body=max_body, limit_s=limit_s, clock=clock, failures=failures, lists=lists
+    )
 
     def overdue(verb: Verb, nodes: int, started: float) -> bool:
         """Whether the time limit was spent before the placement could be asked."""
@@ -323,63 +221,61 @@ def extender_app(
         )
         return Outcome.LATE
 
-    async def filter_nodes(request: web.Request, started: float) -> _Answer:
-        async with turn(started):
-            body = await read_body(request, started, limit_s)
+    async def filter_nodes(request: web.Request, started: float) -> Answer:
+        async with intake.turn(started):
+            body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                return filter_answer(await parse(body, Verb.FILTER), started)
+                return filter_answer(await intake.parse(body, Verb.FILTER), started)
 
-    def filter_answer(args: wire.ExtenderArgs, started: float) -> _Answer:
+    def filter_answer(args: wire.ExtenderArgs, started: float) -> Answer:
         count = len(args.names)
         if overdue(Verb.FILTER, count, started):
-            return _Answer(200, wire.pass_all_response(args), Outcome.TIMEOUT, count)
+            return Answer(200, wire.pass_all_response(args), Outcome.TIMEOUT, count)
         try:
             reasons = placement.filter(args.pod, args.names, args.labels)
             body = wire.filter_response(args, reasons, lists=lists)
         except Exception as exc:
             failures.internal(Verb.FILTER.value, exc, nodes=count)
-            return _Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
-        return _Answer(200, body, decided(Verb.FILTER, started, count), count)
+            return Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
+        return Answer(200, body, decided(Verb.FILTER, started, count), count)
 
-    async def prioritize(request: web.Request, started: float) -> _Answer:
-        async with turn(started):
-            body = await read_body(request, started, limit_s)
+    async def prioritize(request: web.Request, started: float) -> Answer:
+        async with intake.turn(started):
+            body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                return prioritize_answer(await parse(body, Verb.PRIORITIZE), started)
+                return prioritize_answer(await intake.parse(body, Verb.PRIORITIZE), started)
 
-    def prioritize_answer(args: wire.ExtenderArgs, started: float) -> _Answer:
+    def prioritize_answer(args: wire.ExtenderArgs, started: float) -> Answer:
         count = len(args.names)
         neutral = [NEUTRAL_PRIORITY] * count
         if overdue(Verb.PRIORITIZE, count, started):
             body = wire.prioritize_response(args.names, neutral, args.plain)
-            return _Answer(200, body, Outcome.TIMEOUT, count)
+            return Answer(200, body, Outcome.TIMEOUT, count)
         try:
             scores = placement.prioritize(args.pod, args.names)
             body = wire.prioritize_response(args.names, scores, args.plain)
         except Exception as exc:
             failures.internal(Verb.PRIORITIZE.value, exc, nodes=count)
             body = wire.prioritize_response(args.names, neutral, args.plain)
-            return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
-        return _Answer(200, body, decided(Verb.PRIORITIZE, started, count), count)
+            return Answer(200, body, Outcome.INTERNAL_ERROR, count)
+        return Answer(200, body, decided(Verb.PRIORITIZE, started, count), count)
 
-    async def preempt(request: web.Request, started: float) -> _Answer:
-        async with turn(started):
-            body = await read_body(request, started, limit_s)
+    async def preempt(request: web.Request, started: float) -> Answer:
+        async with intake.turn(started):
+            body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                read_args = await off_loop(
+                read_args = await intake.off_loop(
                     body, Verb.PREEMPT, lambda: wire_preempt.parse_preemption_args(body)
                 )
                 return preempt_answer(*read_args, started)
 
     def preempt_answer(
         pod: Mapping[str, Any], candidates: tuple[Candidate, ...], started: float
-    ) -> _Answer:
+    ) -> Answer:
         count = len(candidates)
         # Without a decision, kube-scheduler's own choice stands: the candidates as sent.
         if overdue(Verb.PREEMPT, count, started):
-            return _Answer(
-                200, wire_preempt.preemption_response(candidates), Outcome.TIMEOUT, count
-            )
+            return Answer(200, wire_preempt.preemption_response(candidates), Outcome.TIMEOUT, count)
         try:
             kept = list(placement.preempt(pod, candidates))
             # The very objects it was sent (so none altered), each at most once.
@@ -390,14 +286,14 @@ def extender_app(
         except Exception as exc:
             failures.internal(Verb.PREEMPT.value, exc, nodes=count)
             body = wire_preempt.preemption_response(candidates)
-            return _Answer(200, body, Outcome.INTERNAL_ERROR, count)
-        return _Answer(200, body, decided(Verb.PREEMPT, started, count), count)
+            return Answer(200, body, Outcome.INTERNAL_ERROR, count)
+        return Answer(200, body, decided(Verb.PREEMPT, started, count), count)
 
-    async def debug_score(request: web.Request, started: float) -> _Answer:
+    async def debug_score(request: web.Request, started: float) -> Answer:
         node = request.query.get("node", "")
         if not node:
-            return _text(400, Outcome.BAD_REQUEST, "give the node as ?node=NAME")
-        body = await read_body(request, started, None)
+            return text_answer(400, Outcome.BAD_REQUEST, "give the node as ?node=NAME")
+        body = await intake.read_body(request, started, None)
         try:
             if body.strip():
                 if set(request.query) != {"node"}:
@@ -406,7 +302,7 @@ def extender_app(
             else:
                 pod = debug_pod(request.query)
         except wire.WireError as exc:
-            return _text(400, Outcome.BAD_REQUEST, exc.reason)
+            return text_answer(400, Outcome.BAD_REQUEST, exc.reason)
         try:
             terms = placement.explain(pod, node)
             answer = json.dumps(
@@ -415,17 +311,17 @@ def extender_app(
         except Exception as exc:
             failures.internal(Verb.DEBUG_SCORE.value, exc, node=node)
             reason = f"cannot explain {node}: {type(exc).__name__}: {exc}"
-            return _text(500, Outcome.INTERNAL_ERROR, reason)
-        return _Answer(200, (answer + "\n").encode(), Outcome.OK)
+            return text_answer(500, Outcome.INTERNAL_ERROR, reason)
+        return Answer(200, (answer + "\n").encode(), Outcome.OK)
 
     def handler(
-        verb: Verb, answer: Callable[[web.Request, float], Awaitable[_Answer]]
+        verb: Verb, answer: Callable[[web.Request, float], Awaitable[Answer]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             started = clock()
             try:
                 result = await answer(request, started)
-            except _Refused as refused:
+            except Refused as refused:
                 result = refused.answer
             except asyncio.CancelledError:  # aiohttp cancels a handler whose caller hung up
                 record(verb, Outcome.ABANDONED, clock() - started)
@@ -448,7 +344,7 @@ def extender_app(
         return web.Response(status=503, text="not ready\n")
 
     async def stop_reader(_: web.Application) -> None:
-        reader.shutdown(wait=False, cancel_futures=True)
+        intake.close()
 
     app = web.Application(client_max_size=max_body)
     app.on_cleanup.append(stop_reader)

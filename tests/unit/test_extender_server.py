@@ -29,7 +29,7 @@ from structlog.testing import capture_logs
 from hack.cluster.pki import create_pki
 from joulie.core.preemption_candidates import Candidate
 from joulie.core.scoring import NEUTRAL_PRIORITY
-from joulie.extender import server, wire
+from joulie.extender import intake, wire
 from joulie.extender.server import Placement, TlsError, extender_app, serve, tls_context
 from joulie.extender.settings import ExtenderSettings
 from tests.support.waiting import eventually
@@ -315,7 +315,7 @@ async def test_bodies_held_at_once_are_bounded() -> None:
     client = await start(placement)
     writers = []
     try:
-        for _ in range(server.MAX_BODIES_AT_ONCE):
+        for _ in range(intake.MAX_BODIES_AT_ONCE):
             _, writer = await asyncio.open_connection(client.server.host, client.server.port)
             writer.write(
                 b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
