@@ -251,7 +251,7 @@ class GuardedWriter:
         try:
             setting.write(value)
         except SettingFailed as exc:
-            log.warning(f"{self.name}.not_restored", key=key, value=value, error=exc.detail)
+            # The outcome says it; the caller logs what it could not put back.
             return SettingOutcome(key, _failed(exc, facts), value, observed, detail=exc.detail)
         self._forget_written(key)
         read_back = _try_read(setting)
@@ -268,9 +268,11 @@ class GuardedWriter:
 
 
 def _failed(exc: SettingFailed, facts: ControlFacts) -> ControlResult:
-    if exc.failure is None:
+    if exc.failure is None and not facts.restoring:
         return ControlResult.UNSUPPORTED
-    return control_result(_with(facts, failure=exc.failure))
+    # A setting the agent changed that is gone when it is put back is an error: its baseline
+    # is kept, and the operator has something to look at.
+    return control_result(_with(facts, failure=exc.failure or Failure.OTHER))
 
 
 def _shown(setting: Setting, value: str | None) -> str:

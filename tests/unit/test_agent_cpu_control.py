@@ -459,3 +459,15 @@ def test_a_restore_the_kernel_refuses_keeps_its_entry(tree: FakeSysfs, tmp_path:
     assert outcome.result is R.REFUSED
     assert tree.read_int(LIMIT0) == 100_000_000
     assert ctl.baseline.entries() == {LIMIT1: "100000000"}
+
+
+def test_a_limit_gone_when_it_is_put_back_is_an_error_and_its_baseline_kept(
+    tree: FakeSysfs, tmp_path: Path
+) -> None:
+    ctl, found = control(tree, tmp_path / "state")
+    assert cap(ctl, found, 120.0).result is R.APPLIED
+    tree.path(LIMIT0).unlink()  # the driver let go of the zone
+    restored = ctl.restore_package_cap()
+    assert {s.key: s.result for s in restored.settings}[LIMIT0] is R.ERROR
+    assert restored.result is R.ERROR
+    assert LIMIT0 in ctl.baseline.entries()  # put back once the zone is there again

@@ -144,7 +144,12 @@ class GpuGovernor:
             detail = f"{why}; its baseline is kept"
             return SettingOutcome(key, ControlResult.ERROR, value, detail=detail)
         self._orphans.discard(key)
-        return self.writer.restore(setting, value)
+        outcome = self.writer.restore(setting, value)
+        if outcome.result is not ControlResult.RESTORED:
+            log.warning(
+                "gpu.clock_not_restored", key=key, result=outcome.result.value, error=outcome.detail
+            )
+        return outcome
 
     def _is_clock_key(self, key: str) -> bool:
         split = split_gpu_key(key)
