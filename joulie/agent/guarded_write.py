@@ -117,10 +117,6 @@ class GuardedWriter:
         self._drifted: dict[str, str] = {}
         """Per key: what it read back after the agent's write was not kept (drift)."""
 
-    def last_written(self, key: str) -> str | None:
-        """What this process last wrote to ``key`` (None: nothing since it started)."""
-        return self._last_written.get(key)
-
     # -- applying -----------------------------------------------------------------------------
 
     def apply(self, setting: Setting, target: str, *, reassert: bool = False) -> SettingOutcome:

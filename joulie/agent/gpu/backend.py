@@ -39,9 +39,6 @@ class PowerLimit:
         native = round(watts * self.per_watt / self.step) * self.step
         return max(self.low, min(native, self.high))
 
-    def to_watts(self, native: int) -> float:
-        return native / self.per_watt
-
     def native(self, watts: float) -> int:
         return round(watts * self.per_watt)
 
