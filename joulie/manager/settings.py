@@ -157,8 +157,8 @@ class _NodesAndPolicy(LifecycleSettings):
     reconcile_interval: Duration = 60.0
     """Time between full reconciles (events trigger extra ones); also the rule_swap_v1 phase."""
     policy_type: PolicyType = PolicyType.STATIC_PARTITION
-    """How many nodes stay in performance: static_partition, queue_aware_v1 or rule_swap_v1
-    (debugging only). Each policy's own variables (STATIC_HP_FRAC, QUEUE_*) follow."""
+    """The policy that decides how many nodes stay in performance (joulie.core.policies lists
+    them; rule_swap_v1 is for debugging). Each policy's own variables follow."""
 
 
 def _policy_field(parameter: Parameter) -> tuple[Any, Any]:
