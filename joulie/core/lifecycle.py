@@ -219,17 +219,27 @@ class Demand:
     gpus: int = 0
     gpu_resource: str = ""
     """The extended resource its GPUs are asked as (``nvidia.com/gpu``, a MIG profile ...)."""
+    performance: bool = False
+    """A performance-class pod: the extender keeps it off eco and draining nodes
+    (:func:`joulie.core.scoring.filter_reason`), so only nodes it may use are held for it."""
 
 
 def fits_pending(
-    free_cpu_millis: int, free_gpus: Mapping[str, int], pending: Sequence[Demand]
+    free_cpu_millis: int,
+    free_gpus: Mapping[str, int],
+    pending: Sequence[Demand],
+    *,
+    keeps_performance_off: bool = False,
 ) -> bool:
     """Whether any pending pod fits in what the node offers: its CPU, and its GPUs of the very
-    resource it asks for (an AMD pod never keeps an NVIDIA node up). Node selectors and
+    resource it asks for (an AMD pod never keeps an NVIDIA node up); a performance pod only on a
+    node that does not keep performance pods off (``keeps_performance_off``: the node's class is
+    eco or draining, so the extender's filter would refuse it there). Node selectors and
     affinities are not read: a drain is cancelled for any pod that might fit, the cautious
     mistake."""
     return any(
-        d.cpu_millis <= free_cpu_millis
+        not (d.performance and keeps_performance_off)
+        and d.cpu_millis <= free_cpu_millis
         and (d.gpus <= 0 or free_gpus.get(d.gpu_resource, 0) >= d.gpus)
         for d in pending
     )

@@ -217,11 +217,7 @@ class NodeLifecycle:
             live_workload_pods=[
                 p.name for pods in self.cluster.pods_on[node].values() for p in pods
             ],
-            demand_fits=fits_pending(
-                int(self.cluster.free_cpu[node]),
-                self._free_gpus(node),
-                self.queue.waiting_requests(),
-            ),
+            demand_fits=self._could_use(node, self.queue.waiting_requests()),
             fresh_action=decide(derived, self.matrix),
         )
         if step is DrainStep.WAIT:
@@ -343,15 +339,17 @@ class NodeLifecycle:
         nodes: list[int] = members.tolist()
         if not pending:
             return nodes
-        return [
-            n
-            for n in nodes
-            if not fits_pending(
-                int(self.cluster.free_cpu[n]),
-                self._free_gpus(n),
-                pending,
-            )
-        ]
+        return [n for n in nodes if not self._could_use(n, pending)]
+
+    def _could_use(self, node: int, pending: list[Demand]) -> bool:
+        """Whether a pending pod could use ``node`` (a performance pod only where the
+        extender's rule lets it run), as the live controller asks it."""
+        return fits_pending(
+            int(self.cluster.free_cpu[node]),
+            self._free_gpus(node),
+            pending,
+            keeps_performance_off=bool(self.scheduler.kept_off[node]),
+        )
 
     def _candidate(self, node: int, action: Action, derived: Derived) -> Candidate:
         spell = float(self.idle_since[node])

@@ -173,16 +173,28 @@ class PendingQueue:
         return self._in_order(waiting[ok].tolist())
 
     def waiting_requests(self) -> list[Demand]:
-        """The distinct demands (CPU millicores, GPUs of which resource) of one pod of each
-        waiting workload."""
+        """The distinct demands (CPU millicores, GPUs of which resource, performance or not) of
+        one pod of each waiting workload."""
         waiting = np.flatnonzero(self.waiting)
         if waiting.size == 0:
             return []
         rows = np.unique(
-            np.column_stack((self._cpu[waiting], self._gpus[waiting], self._resource[waiting])),
+            np.column_stack(
+                (
+                    self._cpu[waiting],
+                    self._gpus[waiting],
+                    self._resource[waiting],
+                    self._performance[waiting],
+                )
+            ),
             axis=0,
         )
         return [
-            Demand(int(cpu), int(gpus), self._resource_names.get(int(resource), ""))
-            for cpu, gpus, resource in rows
+            Demand(
+                int(cpu),
+                int(gpus),
+                self._resource_names.get(int(resource), ""),
+                performance=bool(performance),
+            )
+            for cpu, gpus, resource, performance in rows
         ]

@@ -383,6 +383,36 @@ def test_a_pending_pod_fits_only_gpus_of_its_own_resource() -> None:
     assert fits_pending(64_000, free, [Demand(1000, 0, "")])  # a CPU pod fits any node
 
 
+def test_a_performance_pod_holds_only_nodes_it_may_use() -> None:
+    free = {"nvidia.com/gpu": 8}
+    performance = Demand(1000, 1, "nvidia.com/gpu", performance=True)
+    standard = Demand(1000, 1, "nvidia.com/gpu")
+    assert fits_pending(64_000, free, [performance])
+    assert not fits_pending(64_000, free, [performance], keeps_performance_off=True)
+    assert fits_pending(64_000, free, [standard], keeps_performance_off=True)
+    assert fits_pending(64_000, free, [performance, standard], keeps_performance_off=True)
+
+
+@given(
+    st.lists(
+        st.builds(
+            Demand,
+            st.integers(0, 10_000),
+            st.integers(0, 8),
+            st.sampled_from(["", "nvidia.com/gpu", "amd.com/gpu"]),
+            performance=st.just(True),
+        ),
+        max_size=6,
+    ),
+    st.integers(0, 100_000),
+    st.dictionaries(st.sampled_from(["nvidia.com/gpu", "amd.com/gpu"]), st.integers(0, 8)),
+)
+def test_no_performance_pod_ever_holds_a_node_that_keeps_it_off(
+    pending: list[Demand], cpu: int, gpus: dict[str, int]
+) -> None:
+    assert not fits_pending(cpu, gpus, pending, keeps_performance_off=True)
+
+
 # --- properties -----------------------------------------------------------------------------------
 
 times = st.floats(min_value=0.0, max_value=1e9, allow_nan=False)

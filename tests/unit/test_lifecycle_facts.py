@@ -9,6 +9,7 @@ from typing import Any
 from joulie.api import keys
 from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
 from joulie.core.lifecycle import fits_pending
+from joulie.kube.ownership import owned_projection
 from joulie.kube.projections import node_projection, pod_projection
 from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS, MIRROR_ANNOTATION, workload_nodes
 from joulie.manager.lifecycle.facts import (
@@ -17,14 +18,18 @@ from joulie.manager.lifecycle.facts import (
     capacity,
     in_flight,
     launched_at,
+    pending_could_use,
     pending_demand,
 )
 from tests.support.builders import container, pod
 
 project_node = node_projection(annotation_keys=LIFECYCLE_NODE_ANNOTATIONS)
 project_pod = pod_projection(
-    annotation_keys=[MIRROR_ANNOTATION], gpu_count=pod_gpu_count, gpu_resource=pod_gpu_resource
+    annotation_keys=[keys.WORKLOAD_CLASS_ANNOTATION, MIRROR_ANNOTATION],
+    gpu_count=pod_gpu_count,
+    gpu_resource=pod_gpu_resource,
 )
+project_twin = owned_projection("joulie-manager")
 
 
 def raw_node(
@@ -97,6 +102,43 @@ def test_a_pending_pod_is_demand_only_for_a_node_with_its_gpus() -> None:
     assert fits_pending(cpu, gpus, pending_demand([amd_pod, nvidia_pod]))
     cpu_only = project_node(raw_node())
     assert not fits_pending(*capacity(cpu_only), pending_demand([nvidia_pod]))
+
+
+def test_a_pending_performance_pod_holds_only_a_node_the_extender_lets_it_use() -> None:
+    node = project_node(raw_node(allocatable={"nvidia.com/gpu": "8"}))
+    gpus = {"nvidia.com/gpu": "1"}
+    performance = pending_demand(
+        [
+            project_pod(
+                raw_pod(
+                    node="",
+                    phase="Pending",
+                    resources=gpus,
+                    annotations={keys.WORKLOAD_CLASS_ANNOTATION: "performance"},
+                )
+            )
+        ]
+    )
+    standard = pending_demand([project_pod(raw_pod(node="", phase="Pending", resources=gpus))])
+    assert [d.performance for d in performance + standard] == [True, False]
+
+    def twin(schedulable_class: str) -> Any:
+        status = {"schedulableClass": schedulable_class}
+        return project_twin({"metadata": {"name": "n1"}, "status": status})
+
+    for kept_off in ("eco", "draining"):
+        assert not pending_could_use(node, twin(kept_off), performance)
+        assert pending_could_use(node, twin(kept_off), standard)
+    assert pending_could_use(node, twin("performance"), performance)
+    # Without a twin, the power-profile label says it, as the extender's filter reads it.
+    assert pending_could_use(node, None, performance)
+    eco = project_node(
+        {
+            **raw_node(allocatable=gpus),
+            "metadata": {"name": "n1", "labels": {keys.POWER_PROFILE_LABEL: "eco"}},
+        }
+    )
+    assert not pending_could_use(eco, None, performance)
 
 
 def test_what_is_in_flight_is_read_back_from_the_node() -> None:

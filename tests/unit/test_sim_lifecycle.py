@@ -14,6 +14,7 @@ from joulie.api.inventory import parse_inventory
 from joulie.cli import main as cli
 from joulie.core.lifecycle import LifecycleConfig
 from joulie.core.lifecycle_limits import Limits
+from joulie.core.policies import PolicyInputs, values_of
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Engine, Scenario
 from joulie.sim.lifecycle import DEFAULT_BOOT_DELAY_S, LifecycleSettings
@@ -285,3 +286,26 @@ def test_tables_fold_lifecycle_figures_and_mark_runs_without_it() -> None:
     lines = comparison_table(results).splitlines()
     plain_row = next(line for line in lines if line.split()[1:2] == ["A"])
     assert plain_row.rstrip().endswith("-")
+
+
+# --- the class-aware hold ---------------------------------------------------------------------
+
+
+def test_a_pending_performance_pod_holds_no_eco_node(catalog: Catalog) -> None:
+    # static_partition at 0.5: two performance nodes, two eco ones. Both performance nodes are
+    # busy for 4 h and a third performance job waits for one of them. It may not run on an eco
+    # node, so the idle eco nodes are drained and powered off after their idle grace instead of
+    # being held for it; the waiting job starts when a performance node frees up.
+    work = [replace(whole_node(f"p{i}", 0.0), performance=True) for i in range(3)]
+    policy = PolicyInputs("static_partition", values_of({"static_hp_frac": 0.5}))
+    engine = Engine(replace(scenario(catalog, work, LifecycleSettings()), policy=policy))
+    result = engine.simulate()
+    life = result.lifecycle
+    assert life is not None
+    # Both eco nodes off from within half an hour of the start to the end of the 8 h run (held
+    # for the waiting job, they went off only once it had started: 11.8 node-hours in all).
+    assert result.makespan_s == pytest.approx(8 * HOUR)
+    assert life.off_node_hours >= 2 * (8 - 0.5)
+    waiting = next(j for j in engine.run.jobs if j.workload.id == "p2")
+    assert waiting.started_at == pytest.approx(4 * HOUR, abs=120.0)
+    assert result.completed == 3

@@ -35,7 +35,6 @@ from joulie.core.lifecycle import (
     Derived,
     LifecycleConfig,
     derive,
-    fits_pending,
 )
 from joulie.core.lifecycle_limits import (
     Candidate,
@@ -55,10 +54,10 @@ from joulie.manager.lifecycle.actuator import Actuator
 from joulie.manager.lifecycle.facts import (
     Phase,
     annotation_time,
-    capacity,
     format_time,
     in_flight,
     node_facts,
+    pending_could_use,
     pending_demand,
 )
 from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
@@ -210,7 +209,7 @@ class LifecycleController:
             if (
                 why is None
                 and action is Action.START_DRAIN
-                and fits_pending(*capacity(node), pending)
+                and pending_could_use(node, self._cache.twins.get(node.name), pending)
             ):
                 why = "pending pods could use the node"
             if why is not None:

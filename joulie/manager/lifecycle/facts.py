@@ -16,9 +16,12 @@ from enum import StrEnum
 import structlog
 
 from joulie.api import keys
+from joulie.api.enums import SchedulableClass, WorkloadClass
 from joulie.api.gpu import gpu_resource_kind
 from joulie.api.quantity import QuantityError, parse_quantity
-from joulie.core.lifecycle import Demand, NodeFacts
+from joulie.core.lifecycle import Demand, NodeFacts, fits_pending
+from joulie.core.scoring import filter_reason
+from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import LeaseView, SlimNode, SlimPod
 
 log = structlog.get_logger("joulie.lifecycle")
@@ -160,4 +163,33 @@ def capacity(node: SlimNode) -> tuple[int, dict[str, int]]:
 
 
 def pending_demand(pods: list[SlimPod]) -> list[Demand]:
-    return [Demand(pod.cpu_millis, pod.gpus, pod.gpu_resource) for pod in pods]
+    return [
+        Demand(
+            pod.cpu_millis,
+            pod.gpus,
+            pod.gpu_resource,
+            performance=pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION)
+            == WorkloadClass.PERFORMANCE,
+        )
+        for pod in pods
+    ]
+
+
+def pending_could_use(node: SlimNode, twin: OwnedObject | None, pending: list[Demand]) -> bool:
+    """Whether a pending pod could use ``node``: it fits what the node offers, and a
+    performance pod only where the extender lets it run."""
+    return fits_pending(
+        *capacity(node), pending, keeps_performance_off=keeps_performance_off(node, twin)
+    )
+
+
+def keeps_performance_off(node: SlimNode, twin: OwnedObject | None) -> bool:
+    """Whether the extender keeps performance pods off ``node`` (the class in its NodeTwin's
+    status, else its power-profile label), so that no pending performance pod holds it up."""
+    raw = twin.stored_status.get("schedulableClass") if twin is not None else None
+    try:
+        schedulable = SchedulableClass(raw) if isinstance(raw, str) else None
+    except ValueError:
+        schedulable = None
+    label = node.labels.get(keys.POWER_PROFILE_LABEL)
+    return filter_reason(True, schedulable, label) is not None

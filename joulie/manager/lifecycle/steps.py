@@ -22,14 +22,19 @@ from joulie.core.lifecycle import (
     DrainStep,
     LifecycleConfig,
     drain_step,
-    fits_pending,
 )
 from joulie.core.lifecycle_limits import backoff_s, left_alone
 from joulie.kube.projections import SlimNode
 from joulie.manager.cache import ClusterCache
 from joulie.manager.lifecycle import metrics
 from joulie.manager.lifecycle.actuator import Actuator, Outcome, ShutdownRequest
-from joulie.manager.lifecycle.facts import InFlight, Phase, capacity, format_time, in_flight
+from joulie.manager.lifecycle.facts import (
+    InFlight,
+    Phase,
+    format_time,
+    in_flight,
+    pending_could_use,
+)
 from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
 
 Say = Callable[[SlimNode, Derived, Action, str, str, float], Awaitable[None]]
@@ -106,7 +111,7 @@ class Steps:
                 now,
                 self._config,
                 live_workload_pods=live + nominated,
-                demand_fits=fits_pending(*capacity(node), pending),
+                demand_fits=pending_could_use(node, self._cache.twins.get(node.name), pending),
                 fresh_action=action,
             )
             stop = halted or opted_out
