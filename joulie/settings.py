@@ -14,7 +14,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Final, Generic, Self, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Final,
+    Generic,
+    Self,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+)
 from urllib.parse import urlsplit
 
 import annotated_types as at
@@ -428,6 +440,8 @@ def _is_duration(info: FieldInfo | None) -> bool:
 
 def describe_value(value: Any, info: FieldInfo | None = None) -> str:
     """A value as a user would write it in the environment."""
+    if value is None:
+        return "unset"
     if _is_duration(info) and isinstance(value, float):
         return format_duration(value)
     if isinstance(value, Enum):
@@ -478,6 +492,11 @@ def accepts(info: FieldInfo) -> str:
     annotation = info.annotation
     if get_origin(annotation) is Annotated:  # pragma: no cover - pydantic unwraps these
         annotation = get_args(annotation)[0]
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
+    if type(None) in members and len(members) == 2:
+        # An optional variable: what its value accepts, or nothing (the default applies).
+        inner = next(m for m in members if m is not type(None))
+        return f"{accepts(FieldInfo.merge_field_infos(info, annotation=inner))}, or unset"
     bounds = _bounds(info)
     suffix = f" {bounds}" if bounds else ""
     if _is_duration(info):

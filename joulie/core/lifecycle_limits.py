@@ -19,6 +19,7 @@ from joulie.api import keys
 from joulie.api.lifecycle import Action, StateTuple
 
 __all__ = [
+    "DRAINS_PCT_OF_FLEET",
     "Candidate",
     "FleetCounts",
     "Limits",
@@ -26,6 +27,7 @@ __all__ = [
     "admit",
     "backoff_s",
     "circuit_open",
+    "fleet_drains",
     "left_alone",
 ]
 
@@ -42,9 +44,25 @@ OTHER_OWNER_LABELS = ("karpenter.sh/nodepool",)
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
 
+DRAINS_PCT_OF_FLEET = 1.0
+"""With no drain limit set, this share of the managed nodes (rounded up, at least 1) drains at
+once. One at a time (cluster-autoscaler's --max-drain-parallelism default) powers down at most
+one node a pass, 120 an hour at the live 30 s interval: on 5,000 simulated nodes (exp02-5k, A+L,
+24 h) that saved 9.9 % of facility energy against 25.7 % with 50 at a time. Karpenter's default
+disruption budget is 10 % of a NodePool's nodes; the budget here (LIFECYCLE_BUDGET_PCT, 10 %)
+still bounds drains and shutdowns together."""
+
+
+def fleet_drains(managed: int) -> int:
+    """Drains at once that follow the fleet: :data:`DRAINS_PCT_OF_FLEET` of ``managed``
+    (rounded up), at least 1."""
+    return max(1, math.ceil(round(managed * DRAINS_PCT_OF_FLEET / 100.0, 9)))
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_concurrent_drains: int = 1
+    max_concurrent_drains: int | None = None
+    """Nodes draining at once; None: :func:`fleet_drains` of the managed nodes."""
     max_concurrent_shutdowns: int = 5
     budget_pct: float = 10.0
     """Nodes draining or shutting down at once, in percent of the managed nodes (rounded up)."""
@@ -58,6 +76,12 @@ class Limits:
     cluster's one broken node). Cluster autoscaler tolerates this count whatever the share; on
     a fleet so small that the count is most of it, that would leave no breaker at all (3 of 3
     NotReady shut down together), so the tolerance holds only while a majority is Ready."""
+
+    def drains_at_once(self, managed: int) -> int:
+        """The drain limit for ``managed`` nodes: the one set, else :func:`fleet_drains`."""
+        if self.max_concurrent_drains is not None:
+            return self.max_concurrent_drains
+        return fleet_drains(managed)
 
 
 @dataclass(frozen=True)
@@ -152,8 +176,9 @@ def _held_back(
         )
     if action is Action.START_SHUTDOWN and shutting >= limits.max_concurrent_shutdowns:
         return f"{shutting} shutdowns in flight (limit {limits.max_concurrent_shutdowns})"
-    if action is Action.START_DRAIN and draining >= limits.max_concurrent_drains:
-        return f"{draining} drains in flight (limit {limits.max_concurrent_drains})"
+    drains = limits.drains_at_once(managed)
+    if action is Action.START_DRAIN and draining >= drains:
+        return f"{draining} drains in flight (limit {drains})"
     return None
 
 

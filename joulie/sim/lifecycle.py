@@ -309,7 +309,7 @@ class NodeLifecycle:
                 shutdowns += [self._candidate(int(n), action, derived) for n in members]
             elif action is Action.START_DRAIN:
                 drains += [(n, derived) for n in self._unneeded(members, pending)]
-        room = self.settings.limits.max_concurrent_drains - len(self.drains)
+        room = self.settings.limits.drains_at_once(len(self.fleet)) - len(self.drains)
         kept = np.flatnonzero(on & ~fresh & (pods == 0) & (self.lazy and room > 0))
         found = 0
         last = math.inf

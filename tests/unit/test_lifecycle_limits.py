@@ -15,6 +15,7 @@ from joulie.core.lifecycle_limits import (
     admit,
     backoff_s,
     circuit_open,
+    fleet_drains,
     left_alone,
 )
 
@@ -101,6 +102,22 @@ def test_max_concurrent_drains_counts_the_ones_in_flight() -> None:
     assert admitted(verdicts) == ["n0"]
     assert verdicts[1].reason == "3 drains in flight (limit 3)"
     assert admitted(admit(candidates, fleet(draining=3), limits)) == []
+
+
+@pytest.mark.parametrize(("managed", "drains"), [(1, 1), (100, 1), (101, 2), (500, 5), (5000, 50)])
+def test_unset_the_drains_at_once_follow_the_fleet(managed: int, drains: int) -> None:
+    assert fleet_drains(managed) == drains
+    candidates = [drain(f"n{i:04}", idle_since=float(i)) for i in range(min(managed, 80))]
+    verdicts = admit(candidates, fleet(managed=managed), Limits(budget_pct=100.0))
+    assert len(admitted(verdicts)) == min(drains, len(candidates))
+    assert Limits(max_concurrent_drains=1).drains_at_once(managed) == 1  # set: as set
+
+
+def test_the_disruption_budget_still_bounds_drains_that_follow_the_fleet() -> None:
+    candidates = [drain(f"n{i:04}", idle_since=float(i)) for i in range(60)]
+    verdicts = admit(candidates, fleet(managed=5000), Limits(budget_pct=0.5))
+    assert len(admitted(verdicts)) == 25  # 0.5 % of 5,000 before 1 % of it
+    assert verdicts[-1].reason == "disruption budget spent: 25 of 25 (0.5 % of 5000)"
 
 
 def test_max_concurrent_shutdowns_counts_the_ones_in_flight() -> None:

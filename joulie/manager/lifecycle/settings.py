@@ -98,8 +98,9 @@ class LifecycleSettings(EnvSettings):
     lifecycle_drain_settle: Duration = 5.0
     """After tainting a node, wait this long before the live re-check."""
 
-    lifecycle_max_concurrent_drains: Annotated[int, Field(ge=0)] = 1
-    """Nodes draining at once."""
+    lifecycle_max_concurrent_drains: Annotated[int | None, Field(ge=0)] = None
+    """Nodes draining at once; unset: 1 % of the managed nodes, rounded up, at least 1 (50 of
+    5,000), within LIFECYCLE_BUDGET_PCT."""
     lifecycle_max_concurrent_shutdowns: Annotated[int, Field(ge=0)] = 5
     """Shutdowns in flight at once (requested and not yet done)."""
     lifecycle_budget_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
