@@ -24,7 +24,7 @@ import structlog
 from joulie.agent.baseline import Baseline
 from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.device import GpuDevice, GpuDiscovery, MonitorOnly
-from joulie.agent.gpu.errors import GpuError, GpuNotSupported, gpu_failure, needs_rediscovery
+from joulie.agent.gpu.errors import GpuError, GpuNotSupported, needs_rediscovery, translated
 from joulie.agent.gpu.settings import (
     gpu_key,
     preset_target,
@@ -65,11 +65,7 @@ class GpuGovernor:
             self.rediscover = True
 
     def _guarded(self, call: Callable[[], _T]) -> _T:
-        try:
-            return call()
-        except GpuError as exc:
-            self._noted(exc)
-            raise gpu_failure(exc) from None
+        return translated(call, self._noted)
 
     # -- applying -----------------------------------------------------------------------------
 

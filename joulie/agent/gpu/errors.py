@@ -9,6 +9,9 @@ cannot be confirmed (never written).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from joulie.agent.guarded_write import SettingFailed
 from joulie.core.control import Failure
 
@@ -24,7 +27,10 @@ __all__ = [
     "GpuUnavailable",
     "gpu_failure",
     "needs_rediscovery",
+    "translated",
 ]
+
+_T = TypeVar("_T")
 
 
 class GpuError(Exception):
@@ -86,3 +92,13 @@ def gpu_failure(exc: GpuError) -> SettingFailed:
 def needs_rediscovery(exc: GpuError) -> bool:
     """Whether ``exc`` says the discovery in hand no longer describes the board."""
     return isinstance(exc, GpuLost | BoardChanged | BoardUnknown)
+
+
+def translated(call: Callable[[], _T], noted: Callable[[GpuError], None]) -> _T:
+    """``call``'s result; a GPU error it raises is told to ``noted`` (which watches for a board
+    to discover again) and raised as the guarded write's :class:`SettingFailed`."""
+    try:
+        return call()
+    except GpuError as exc:
+        noted(exc)
+        raise gpu_failure(exc) from None

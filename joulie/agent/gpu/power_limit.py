@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from joulie.agent.gpu.backend import PowerLimit
 from joulie.agent.gpu.device import GpuDevice, MonitorOnly
-from joulie.agent.gpu.errors import GpuError, GpuLost, gpu_failure
+from joulie.agent.gpu.errors import GpuError, GpuLost, gpu_failure, translated
 from joulie.agent.guarded_write import Setting
 from joulie.api.enums import ControlResult
 from joulie.core.caps import effective_cap
@@ -76,13 +76,6 @@ def cap_setting(
     raised (the caller watches for a board to discover again)."""
     per_watt = limit.per_watt
 
-    def guarded(call: Callable[[], None]) -> None:
-        try:
-            call()
-        except GpuError as exc:
-            noted(exc)
-            raise gpu_failure(exc) from None
-
     def read() -> str | None:
         try:
             return str(limit.read())
@@ -101,8 +94,8 @@ def cap_setting(
     return Setting(
         key,
         read,
-        lambda value: guarded(lambda: limit.write(int(value))),
-        check=lambda: guarded(limit.check_identity),
+        lambda value: translated(lambda: limit.write(int(value)), noted),
+        check=lambda: translated(limit.check_identity, noted),
         tolerance=limit.native(tolerance_watts),
         show=show,
         recorded_as=int,
