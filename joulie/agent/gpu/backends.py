@@ -34,6 +34,8 @@ class GpuBackends:
     def __init__(self, backends: tuple[GpuBackend, ...]) -> None:
         self.backends = backends
         self._by_vendor = {b.vendor: b for b in backends}
+        self._limit_settings = frozenset(b.limit_setting for b in backends if b.limit_setting)
+        self._clock_settings = frozenset(b.clock_setting for b in backends if b.clock_setting)
 
     @classmethod
     def of(cls, sysfs: Sysfs, nvml: NvmlAdapter | None = None) -> GpuBackends:
@@ -53,11 +55,11 @@ class GpuBackends:
 
     def limit_settings(self) -> frozenset[str]:
         """The baseline setting names of every backend's power limits."""
-        return frozenset(b.limit_setting for b in self.backends if b.limit_setting)
+        return self._limit_settings
 
     def clock_settings(self) -> frozenset[str]:
         """The baseline setting names of every backend's clock settings."""
-        return frozenset(b.clock_setting for b in self.backends if b.clock_setting)
+        return self._clock_settings
 
     def close(self) -> list[str]:
         """Close every backend; what went wrong, one line each (shutting down: nothing else to
