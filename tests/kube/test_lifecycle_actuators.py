@@ -181,7 +181,8 @@ def capi_crds(cluster: LocalCluster) -> Iterator[None]:
         def established() -> bool:
             for definition in definitions:
                 got = api.get(f"{CRDS}/{definition['metadata']['name']}").json()
-                conditions = got.get("status", {}).get("conditions", [])
+                # Right after creation the status may not be filled in yet (conditions: null).
+                conditions = (got.get("status") or {}).get("conditions") or []
                 if not any(
                     c["type"] == "Established" and c["status"] == "True" for c in conditions
                 ):
