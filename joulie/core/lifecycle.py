@@ -222,6 +222,9 @@ class Demand:
     performance: bool = False
     """A performance-class pod: the extender keeps it off eco and draining nodes
     (:func:`joulie.core.scoring.filter_reason`), so only nodes it may use are held for it."""
+    memory_bytes: int = 0
+    """Its memory request (read when a node is chosen to boot for it; a hold reads CPU and
+    GPUs only, the cautious side)."""
 
 
 def fits_pending(

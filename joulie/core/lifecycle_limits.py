@@ -19,6 +19,8 @@ from joulie.api import keys
 from joulie.api.lifecycle import Action, StateTuple
 
 __all__ = [
+    "BOOTS_AT_LEAST",
+    "BOOTS_PCT_OF_FLEET",
     "DRAINS_PCT_OF_FLEET",
     "Candidate",
     "FleetCounts",
@@ -27,6 +29,7 @@ __all__ = [
     "admit",
     "backoff_s",
     "circuit_open",
+    "fleet_boots",
     "fleet_drains",
     "left_alone",
 ]
@@ -59,6 +62,23 @@ def fleet_drains(managed: int) -> int:
     return max(1, math.ceil(round(managed * DRAINS_PCT_OF_FLEET / 100.0, 9)))
 
 
+BOOTS_PCT_OF_FLEET = 10.0
+BOOTS_AT_LEAST = 5
+"""With no boot limit set, :data:`BOOTS_PCT_OF_FLEET` of the nodes the lifecycle knows
+(serving, draining, off and booting; rounded up), and never fewer than this, may be powering on
+at once: a small cluster's burst is not served one boot at a time (the shutdown limit's default
+is 5 too). Powering hundreds of servers on
+together is what staggered power-on exists to avoid (inrush on shared circuits, a PXE and image
+server under a thundering herd); cluster-autoscaler has no such limit (1,000 nodes per
+scale-up), so this is our choice, measured in the simulator (docs/lifecycle.md)."""
+
+
+def fleet_boots(nodes: int) -> int:
+    """Boots at once that follow the fleet: :data:`BOOTS_PCT_OF_FLEET` of ``nodes`` (rounded
+    up), at least :data:`BOOTS_AT_LEAST`."""
+    return max(BOOTS_AT_LEAST, math.ceil(round(nodes * BOOTS_PCT_OF_FLEET / 100.0, 9)))
+
+
 @dataclass(frozen=True)
 class Limits:
     max_concurrent_drains: int | None = None
@@ -76,6 +96,16 @@ class Limits:
     cluster's one broken node). Cluster autoscaler tolerates this count whatever the share; on
     a fleet so small that the count is most of it, that would leave no breaker at all (3 of 3
     NotReady shut down together), so the tolerance holds only while a majority is Ready."""
+
+    max_concurrent_boots: int | None = None
+    """Nodes powering on at once; None: :func:`fleet_boots` of the nodes known."""
+
+    def boots_at_once(self, nodes: int) -> int:
+        """The boot limit for ``nodes`` known to the lifecycle: the one set, else
+        :func:`fleet_boots`."""
+        if self.max_concurrent_boots is not None:
+            return self.max_concurrent_boots
+        return fleet_boots(nodes)
 
     def drains_at_once(self, managed: int) -> int:
         """The drain limit for ``managed`` nodes: the one set, else :func:`fleet_drains`."""

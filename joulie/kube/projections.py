@@ -61,6 +61,11 @@ class SlimPod:
     """status.nominatedNodeName: where preemption is making room for the pod."""
     gpu_resource: str = ""
     """The resource its GPUs are asked as, by the projection's ``gpu_resource`` ("" without)."""
+    memory_bytes: int = 0
+    """Effective memory request, in bytes."""
+    unschedulable: bool = False
+    """A scheduler tried and found no node for it (PodScheduled False, reason Unschedulable):
+    what cluster-autoscaler scales up for, and the lifecycle boots for."""
 
     @property
     def key(self) -> str:
@@ -137,14 +142,15 @@ def node_projection(
     return project
 
 
-def _cpu_millis(spec: Mapping[str, Any]) -> int:
-    """Effective CPU request of a pod, in millicores (requests, else limits, per container)."""
+def _request(spec: Mapping[str, Any], resource: str, scale: int) -> int:
+    """Effective request of a pod for ``resource`` (requests, else limits, per container; the
+    larger of the containers' sum and the largest init container), times ``scale``."""
 
     def container(c: Mapping[str, Any]) -> Fraction:
         resources = c.get("resources") or {}
-        value = (resources.get("requests") or {}).get("cpu")
+        value = (resources.get("requests") or {}).get(resource)
         if value is None:
-            value = (resources.get("limits") or {}).get("cpu")
+            value = (resources.get("limits") or {}).get(resource)
         if value is None:
             return Fraction(0)
         try:
@@ -154,9 +160,23 @@ def _cpu_millis(spec: Mapping[str, Any]) -> int:
 
     app = sum((container(c) for c in spec.get("containers") or ()), Fraction(0))
     init = max((container(c) for c in spec.get("initContainers") or ()), default=Fraction(0))
-    millis = int(max(app, init) * 1000)
-    # Requests repeat (500m, 1, 4, ...): one int object per value, not one per pod.
-    return _ints.setdefault(millis, millis) if len(_ints) < _SHARED_MAX else millis
+    amount = int(max(app, init) * scale)
+    # Requests repeat (500m, 1, 4Gi, ...): one int object per value, not one per pod.
+    return _ints.setdefault(amount, amount) if len(_ints) < _SHARED_MAX else amount
+
+
+def _cpu_millis(spec: Mapping[str, Any]) -> int:
+    """Effective CPU request of a pod, in millicores (requests, else limits, per container)."""
+    return _request(spec, "cpu", 1000)
+
+
+def _unschedulable(status: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or ()
+    )
 
 
 def pod_projection(
@@ -192,6 +212,8 @@ def pod_projection(
             owner_kind=_intern(str(controller.get("kind", ""))),
             nominated_node=_intern(status.get("nominatedNodeName") or ""),
             gpu_resource=_intern(gpu_resource(raw)) if gpu_resource is not None else "",
+            memory_bytes=_request(spec, "memory", 1),
+            unschedulable=not spec.get("nodeName") and _unschedulable(status),
         )
 
     return project

@@ -163,6 +163,7 @@ class ManagerRole:
                 events,
                 lambda: elector.is_leader,
                 self._wall_clock,
+                self._namespace,
             )
         self.controller = Controller(
             settings.reconcile_interval,

@@ -137,6 +137,8 @@ class NodeLifecycle:
         """A pass ran at the current moment: the provisioner runs after the scheduling pass."""
         self.boot_count = self.drains_started = self.drains_cancelled = self.shutdowns = 0
         self.off_node_s = 0.0
+        self.boot_wait_pod_s = 0.0
+        self.boots_held = 0
         self._off = 0
         self._off_clock = 0.0
 
@@ -179,6 +181,8 @@ class NodeLifecycle:
             drains_started=self.drains_started,
             drains_cancelled=self.drains_cancelled,
             shutdowns=self.shutdowns,
+            boot_wait_pod_hours=self.boot_wait_pod_s / 3600.0,
+            boots_held=self.boots_held,
         )
 
     # --- one node -----------------------------------------------------------------------
@@ -386,8 +390,21 @@ class NodeLifecycle:
         """Boot the off nodes the pending workloads need (``joulie.sim.provisioning``)."""
         self.passed = False
         off = np.flatnonzero(self.phase == OFF)
-        if off.size == 0 or not len(self.queue):
+        if (off.size == 0 and not self.boots) or not len(self.queue):
             return
-        coming = np.flatnonzero((self.phase == BOOTING) | (self.phase == DRAINING))
-        for node in nodes_to_boot(off, coming, self.queue, self.jobs, self.cluster, self.scheduler):
+        chosen, plan = nodes_to_boot(
+            off,
+            np.flatnonzero(self.phase == BOOTING),
+            np.flatnonzero(self.phase == DRAINING),
+            self.queue,
+            self.jobs,
+            self.cluster,
+            self.scheduler,
+            now=t,
+            max_concurrent_boots=self.settings.limits.boots_at_once(len(self.fleet)),
+        )
+        if plan is not None:
+            self.boot_wait_pod_s += plan.served * self.settings.interval_s
+            self.boots_held += sum(plan.held.values())
+        for node in chosen:
             self._boot(node, t)

@@ -166,6 +166,7 @@ LIFECYCLE_COLUMNS: tuple[Column, ...] = (
     ("nodes off", _lifecycle_cell(lambda life: life.mean_nodes_off, 1)),
     ("off node-h", _lifecycle_cell(lambda life: life.off_node_hours, 0)),
     ("boots", _lifecycle_cell(lambda life: life.boots)),
+    ("boot-wait pod-h", _lifecycle_cell(lambda life: life.boot_wait_pod_hours, 1)),
     ("drains", _lifecycle_cell(lambda life: life.drains_started)),
     ("cancelled", _lifecycle_cell(lambda life: life.drains_cancelled)),
     ("shutdowns", _lifecycle_cell(lambda life: life.shutdowns)),

@@ -74,6 +74,12 @@ class LifecycleResult:
     """Drains undone at their re-check (a pending pod fitted the node, or it was no longer
     eligible)."""
     shutdowns: int
+    boot_wait_pod_hours: float = 0.0
+    """Pod-hours spent waiting for room coming back (a node booting, or a drain to be
+    cancelled), sampled at each lifecycle pass: what powering nodes off costs the work."""
+    boots_held: int = 0
+    """Pod-passes a boot that some node group could serve was held back (at a group's maximum,
+    or at the boot concurrency limit)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from joulie.core.policies import PolicyInputs, values_of
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Engine, Scenario
 from joulie.sim.lifecycle import DEFAULT_BOOT_DELAY_S, LifecycleSettings
-from joulie.sim.report import comparison_table
+from joulie.sim.report import LIFECYCLE_COLUMNS, comparison_table
 from joulie.sim.result_io import result_from_dict, results_json
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import RunSpec
@@ -260,7 +260,7 @@ def test_the_cli_switch_labels_the_baselines_and_the_table_shows_the_lifecycle(
     assert set(rows) == {"A", "A+L"}
     # The run without it is the run of the plain command, and shows - in the new columns.
     cells = plain.splitlines()[2].split()
-    assert rows["A"].split() == [*cells, *["-"] * 6]
+    assert rows["A"].split() == [*cells, *["-"] * len(LIFECYCLE_COLUMNS)]
     assert "nodes off" in table
     assert "shutdowns" in table
 

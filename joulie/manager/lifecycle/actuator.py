@@ -1,13 +1,19 @@
-"""What every way of powering a node off looks like to the lifecycle controller.
+"""What every way of powering a node off and on again looks like to the lifecycle controller.
 
-An actuator is called only after every safety check passed (a live pod list found no workload
+A shutdown is asked for only after every safety check passed (a live pod list found no workload
 pod on the node, the limits admitted it, this process leads). It must be idempotent: a manager
 restarted mid-shutdown calls it again with the same ``idempotency_key``.
+
+Powering on: each pass asks the actuator what it could power on (:meth:`Actuator.bootable`,
+read from objects, never from memory, so a restarted manager sees the boots in flight), the
+shared decision (``core.lifecycle_boot.plan_boots``) chooses, and :meth:`Actuator.power_on` is
+called for each choice. What a boot has in flight lives on an object (the Node's phase
+annotations, a record, the MachineDeployment's replicas), so a restart never boots twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -16,6 +22,7 @@ from joulie.api.lifecycle import Action, StateTuple
 
 if TYPE_CHECKING:
     from joulie.kube.client import KubeClient
+    from joulie.kube.projections import SlimNode
     from joulie.kube.writes import Writer
     from joulie.manager.lifecycle.settings import LifecycleSettings
     from joulie.settings import Problem
@@ -57,12 +64,66 @@ class ActuatorResult:
     """A wait the far end asked for (HTTP Retry-After), which the backoff honours."""
 
 
+@dataclass(frozen=True)
+class BootOffer:
+    """Nodes of one shape an actuator can power on: a node group, or powered-off nodes."""
+
+    group: str
+    """A stable name: ``MachineDeployment ns/name``, or the first off node's name."""
+    allocatable: Mapping[str, str]
+    """What one node of it offers, as a Node's status.allocatable (cpu, memory, GPU
+    resources)."""
+    can_boot: int
+    """How many more of its nodes may be powered on now (off nodes not cooling down; a
+    group's maximum size less its size)."""
+    booting: int = 0
+    """Its nodes powering on now, not yet Ready."""
+    nodes: tuple[str, ...] = ()
+    """The off nodes by name, in the order they are powered on; empty for a scaled group (its
+    controller makes the nodes)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels of one of its nodes, where known (a power profile that keeps performance pods
+    off it)."""
+    cooling_until: float | None = None
+    """A boot did not register within its boot grace: nothing of the group boots before this."""
+    problem: str = ""
+    """Why nothing of it can be powered on (reported; ``can_boot`` is 0 then)."""
+
+
+@dataclass(frozen=True)
+class PowerOnRequest:
+    group: str
+    node: str
+    """The Node to power on; "" for a scaled group (its controller makes ``count`` nodes)."""
+    count: int
+    reason: str
+    """Why, in words (how many pods wait, of what)."""
+    idempotency_key: str
+    """Equal across retries and restarts of one boot: the Node's uid and the time it went
+    off, or the group and its size before the boot."""
+    uid: str = ""
+    provider_id: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
 class Actuator(Protocol):
     name: str
 
     async def shutdown(self, request: ShutdownRequest) -> ActuatorResult:
         """Power the node off; never raises for a failure of the far end (it is a FAILED
         result naming what went wrong)."""
+        ...
+
+    async def bootable(self, nodes: Sequence[SlimNode], now: float) -> list[BootOffer]:
+        """What could be powered on now, with the boots in flight; ``nodes`` are the Nodes the
+        lifecycle manages (from the cache). Never raises for a failure of the far end: a group
+        that cannot be read is an offer with a ``problem``."""
+        ...
+
+    async def power_on(self, request: PowerOnRequest) -> ActuatorResult:
+        """Power on; DONE or ACCEPTED once asked (the node is then booting), FAILED naming what
+        went wrong. Never raises for a failure of the far end."""
         ...
 
     async def close(self) -> None: ...
@@ -77,6 +138,8 @@ class BuildArgs:
     """The lifecycle's fenced writer: an actuator's writes stop when this process stops leading."""
     settings: LifecycleSettings | None
     """The LIFECYCLE_* settings (None: every default)."""
+    namespace: str = "joulie-system"
+    """The manager's own namespace (where an actuator keeps records it needs)."""
 
 
 def _no_problems(_: LifecycleSettings) -> list[Problem]:

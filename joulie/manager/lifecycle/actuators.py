@@ -46,7 +46,8 @@ def build_actuator(
     client: KubeClient,
     writer: Writer,
     settings: LifecycleSettings | None = None,
+    namespace: str = "joulie-system",
 ) -> Actuator:
     """The actuator of ``kind``; ValueError naming what is accepted for an unknown kind or an
     unusable configuration."""
-    return registration(kind).build(BuildArgs(client, writer, settings))
+    return registration(kind).build(BuildArgs(client, writer, settings, namespace))

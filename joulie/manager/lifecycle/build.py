@@ -34,6 +34,7 @@ def build_lifecycle(
     events: EventRecorder,
     may_write: Callable[[], bool],
     wall_clock: Callable[[], datetime],
+    namespace: str = "joulie-system",
 ) -> tuple[LifecycleController, Writer]:
     """The controller and the writer whose requests a term's end waits for (settings were
     checked at start-up, so the matrix loads and the timings are valid)."""
@@ -42,7 +43,11 @@ def build_lifecycle(
     actuator = None
     if enforce:
         actuator = build_actuator(
-            settings.lifecycle_actuator, client=client, writer=writer, settings=settings
+            settings.lifecycle_actuator,
+            client=client,
+            writer=writer,
+            settings=settings,
+            namespace=namespace,
         )
     controller = LifecycleController(
         cache=cache,
@@ -58,6 +63,7 @@ def build_lifecycle(
         edits=NodeEdits(client, writer) if enforce else None,
         actuator=actuator,
         reporter=Reporter(events, writer, dry_run=not enforce),
+        events=events,
         wall_clock=wall_clock,
     )
     return controller, writer

@@ -9,7 +9,9 @@ tuple from the caches, asks the matrix for an action, and then
   shutdown is waited for, and asked for again after LIFECYCLE_SHUTDOWN_TIMEOUT;
 * rolls back a taint or cordon of ours that no phase explains;
 * gathers the nodes whose action is START_DRAIN or START_SHUTDOWN and lets the safety limits
-  (``core.lifecycle_limits``) admit some of them.
+  (``core.lifecycle_limits``) admit some of them;
+* powers nodes on for the pods no serving node can take (``boots``), and follows each boot
+  until the node is Ready or its boot grace has passed.
 
 Before a node is handed to the actuator, a live pod list (never the cache) must find no workload
 pod on it. Nothing is done while a cache is stale. One node's failure is reported and the pass
@@ -44,6 +46,7 @@ from joulie.core.lifecycle_limits import (
     circuit_open,
     left_alone,
 )
+from joulie.kube.events import EventRecorder
 from joulie.kube.informer import Informer
 from joulie.kube.projections import LeaseView, SlimNode
 from joulie.kube.writes import NotPermitted
@@ -51,6 +54,7 @@ from joulie.manager.cache import ClusterCache
 from joulie.manager.controller import WRITE_CONCURRENCY, run_bounded
 from joulie.manager.lifecycle import metrics
 from joulie.manager.lifecycle.actuator import Actuator
+from joulie.manager.lifecycle.boots import Boots
 from joulie.manager.lifecycle.facts import (
     Phase,
     annotation_time,
@@ -70,6 +74,7 @@ Job = Callable[[], Awaitable[None]]
 """One node's work, started only when a slot is free (and never, if the pass ends first)."""
 
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+_OUT_OF_SERVICE = (Phase.OFF, Phase.BOOTING)
 
 
 class LifecycleController:
@@ -89,6 +94,7 @@ class LifecycleController:
         edits: NodeEdits | None,
         actuator: Actuator | None,
         reporter: Reporter,
+        events: EventRecorder | None = None,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """``edits`` and ``actuator`` None: dry-run (decide and report, write nothing)."""
@@ -119,6 +125,21 @@ class LifecycleController:
             if edits is not None and actuator is not None
             else None
         )
+        self._boots = (
+            Boots(
+                cache=cache,
+                actuator=actuator,
+                edits=edits,
+                limits=limits,
+                backoff=backoff,
+                events=events,
+                say=self._say_boot,
+            )
+            if edits is not None and actuator is not None and events is not None
+            else None
+        )
+        self._derived: dict[str, tuple[Derived, Action]] = {}
+        """This pass's derivations (what a boot's report on its node shows)."""
         self._idle_since: dict[str, float] = {}
         """Dry-run only: idle spells kept in memory, since nothing is written."""
 
@@ -131,6 +152,8 @@ class LifecycleController:
     async def lead(self) -> None:
         """One leadership term: a pass every interval until cancelled."""
         self._reporter.new_term()
+        if self._boots is not None:
+            self._boots.new_term()
         await self._cache.wait_synced()
         await self._leases.wait_synced()
         while True:
@@ -169,16 +192,20 @@ class LifecycleController:
         now = self._wall_clock().timestamp()
         nodes = [n for n in self._cache.nodes.values() if self._eligible(n)]
         flights = {n.name: in_flight(n) for n in nodes}
-        off = sum(1 for f in flights.values() if f.phase is Phase.OFF)
+        # Nodes off or powering on serve nothing and are NotReady by design: neither managed
+        # nor counted by the circuit breaker.
+        out = sum(1 for f in flights.values() if f.phase in _OUT_OF_SERVICE)
         fleet = FleetCounts(
-            managed=len(nodes) - off,
-            unready=sum(1 for n in nodes if not n.ready and flights[n.name].phase is not Phase.OFF),
+            managed=len(nodes) - out,
+            unready=sum(
+                1 for n in nodes if not n.ready and flights[n.name].phase not in _OUT_OF_SERVICE
+            ),
             draining=sum(1 for f in flights.values() if f.phase is Phase.DRAINING),
             shutting_down=sum(1 for f in flights.values() if f.phase is Phase.SHUTTING_DOWN),
         )
         halted = circuit_open(fleet, self._limits)
         metrics.CIRCUIT_OPEN.set(1 if halted else 0)
-        for phase in (Phase.DRAINING, Phase.SHUTTING_DOWN, Phase.OFF):
+        for phase in (Phase.DRAINING, Phase.SHUTTING_DOWN, Phase.OFF, Phase.BOOTING):
             metrics.IN_FLIGHT.labels(phase.value).set(
                 sum(1 for f in flights.values() if f.phase is phase)
             )
@@ -252,10 +279,23 @@ class LifecycleController:
                 work = partial(self._steps.start, node, derived, action, now)
                 steps.append(partial(self._isolated, node, derived, action, now, work))
         await run_bounded((job() for job in steps), WRITE_CONCURRENCY)
+        if self._boots is not None:
+            self._derived = derived_of
+            try:
+                await self._boots.run(nodes, flights, now)
+            except (NotPermitted, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # the rest of the pass is done; the next one tries again
+                metrics.NODE_ERRORS.inc()
+                log.warning("powering nodes on failed", error=repr(exc))
         self._reporter.forget(set(by_name))
         for name in [n for n in self._idle_since if n not in by_name]:
             del self._idle_since[name]
         metrics.PASS_SECONDS.observe(time.perf_counter() - started)
+
+    async def _say_boot(self, node: SlimNode, outcome: str, detail: str, now: float) -> None:
+        derived, action = self._derived[node.name]
+        await self._report(node, derived, action, outcome, detail, now)
 
     async def _isolated(
         self,

@@ -9,6 +9,7 @@ finds the drains and shutdowns its predecessor left: it reads them exactly as it
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -20,9 +21,11 @@ from joulie.api.enums import SchedulableClass, WorkloadClass
 from joulie.api.gpu import gpu_resource_kind
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.core.lifecycle import Demand, NodeFacts, fits_pending
+from joulie.core.lifecycle_boot import Room
 from joulie.core.scoring import filter_reason
 from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import LeaseView, SlimNode, SlimPod
+from joulie.manager.lifecycle.actuator import BootOffer
 
 log = structlog.get_logger("joulie.lifecycle")
 
@@ -33,7 +36,11 @@ class Phase(StrEnum):
     SHUTTING_DOWN = "shutting-down"
     OFF = "off"
     """The actuator confirmed the power-off (or the node went NotReady after it accepted): the
-    Node stays registered, powered off, and is left alone until it is Ready again."""
+    Node stays registered, powered off, and is left alone until it is Ready again (or the
+    lifecycle powers it on)."""
+    BOOTING = "booting"
+    """The lifecycle asked for the node to be powered on: left alone until it is Ready (it
+    serves again) or its boot grace has passed (it is off again, and cools down)."""
 
 
 @dataclass(frozen=True)
@@ -144,22 +151,119 @@ def node_facts(
     )
 
 
-def capacity(node: SlimNode) -> tuple[int, dict[str, int]]:
-    """CPU millicores and GPUs per GPU resource the node can offer a pod (for "could a pending
-    pod use it")."""
+def _amount(allocatable: Mapping[str, str], resource: str, scale: int) -> int:
     try:
-        cpu = int(parse_quantity(node.allocatable.get("cpu", "0")) * 1000)
+        return max(0, int(parse_quantity(allocatable.get(resource, "0")) * scale))
     except QuantityError:
-        cpu = 0
+        return 0
+
+
+def _gpus(allocatable: Mapping[str, str]) -> dict[str, int]:
     gpus: dict[str, int] = {}
-    for resource, value in node.allocatable.items():
+    for resource, value in allocatable.items():
         if gpu_resource_kind(resource) is None:
             continue
         try:
             gpus[resource] = int(parse_quantity(value))
         except QuantityError:
             continue
-    return cpu, gpus
+    return gpus
+
+
+def capacity(node: SlimNode) -> tuple[int, dict[str, int]]:
+    """CPU millicores and GPUs per GPU resource the node can offer a pod (for "could a pending
+    pod use it")."""
+    return _amount(node.allocatable, "cpu", 1000), _gpus(node.allocatable)
+
+
+def room(allocatable: Mapping[str, str], keeps_performance_off: bool = False) -> Room:
+    """What a node with ``allocatable`` offers an empty node's worth of pods."""
+    return Room(
+        cpu_millis=_amount(allocatable, "cpu", 1000),
+        memory_bytes=_amount(allocatable, "memory", 1),
+        gpus=_gpus(allocatable),
+        keeps_performance_off=keeps_performance_off,
+    )
+
+
+def free_room(node: SlimNode, twin: OwnedObject | None, pods: Iterable[SlimPod]) -> Room:
+    """What ``node`` offers beyond the requests of ``pods`` (those bound to it, not
+    finished)."""
+    full = room(node.allocatable, keeps_performance_off(node, twin))
+    gpus = dict(full.gpus)
+    cpu, memory = full.cpu_millis, full.memory_bytes
+    for pod in pods:
+        cpu -= pod.cpu_millis
+        memory -= pod.memory_bytes
+        if pod.gpus and pod.gpu_resource in gpus:
+            gpus[pod.gpu_resource] -= pod.gpus
+    return Room(
+        max(0, cpu),
+        # 0 would read as "memory not known": a node whose memory is taken keeps 1 byte.
+        max(1, memory) if full.memory_bytes else 0,
+        {r: max(0, n) for r, n in gpus.items()},
+        full.keeps_performance_off,
+    )
+
+
+@dataclass(frozen=True)
+class OffNode:
+    """A node that could be powered on (or is powering on), as an actuator knows it."""
+
+    name: str
+    allocatable: Mapping[str, str]
+    labels: Mapping[str, str]
+    retry_after: float | None = None
+    """Cooling down after a boot that did not register: not powered on before this."""
+
+
+def registered_off_nodes(nodes: Iterable[SlimNode]) -> tuple[list[OffNode], list[OffNode]]:
+    """The Nodes the lifecycle powered off that stay registered, and those it is powering on
+    (read from their phase annotations, so a restarted manager sees them as they are)."""
+    off: list[OffNode] = []
+    booting: list[OffNode] = []
+    for node in nodes:
+        flight = in_flight(node)
+        if flight.phase is Phase.OFF and not node.ready:
+            off.append(OffNode(node.name, node.allocatable, node.labels, flight.retry_after))
+        elif flight.phase is Phase.BOOTING:
+            booting.append(OffNode(node.name, node.allocatable, node.labels))
+    return off, booting
+
+
+def _shape(node: OffNode) -> tuple[object, ...]:
+    gpus = tuple(sorted(_gpus(node.allocatable).items()))
+    resources = (node.allocatable.get("cpu", ""), node.allocatable.get("memory", ""), gpus)
+    return (*resources, node.labels.get(keys.POWER_PROFILE_LABEL, ""))
+
+
+def offers_by_shape(
+    off: Iterable[OffNode], booting: Iterable[OffNode], now: float
+) -> list[BootOffer]:
+    """Off and booting nodes as offers, one per shape (resources and power profile), each
+    naming its off nodes in name order; a node cooling down is not offered before its time."""
+    shapes: dict[tuple[object, ...], tuple[list[OffNode], list[OffNode]]] = {}
+    for node in sorted(off, key=lambda n: n.name):
+        shapes.setdefault(_shape(node), ([], []))[0].append(node)
+    for node in booting:
+        shapes.setdefault(_shape(node), ([], []))[1].append(node)
+    offers = []
+    for waiting, coming in shapes.values():
+        first = (waiting or coming)[0]
+        ready = [n for n in waiting if n.retry_after is None or now >= n.retry_after]
+        cooling = [n.retry_after for n in waiting if n not in ready and n.retry_after is not None]
+        offers.append(
+            BootOffer(
+                group=first.name,
+                allocatable=first.allocatable,
+                can_boot=len(ready),
+                booting=len(coming),
+                nodes=tuple(n.name for n in ready),
+                labels=first.labels,
+                cooling_until=min(cooling) if cooling and not ready else None,
+            )
+        )
+    return offers
 
 
 def pending_demand(pods: list[SlimPod]) -> list[Demand]:
@@ -170,6 +274,7 @@ def pending_demand(pods: list[SlimPod]) -> list[Demand]:
             pod.gpu_resource,
             performance=pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION)
             == WorkloadClass.PERFORMANCE,
+            memory_bytes=pod.memory_bytes,
         )
         for pod in pods
     ]

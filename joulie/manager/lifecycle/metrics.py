@@ -27,7 +27,8 @@ NODE_TUPLES = Gauge(
 OUTCOMES = Counter(
     "joulie_lifecycle_outcomes_total",
     "What became of the matrix's actions: started, held (by a limit or opt-out), cancelled, "
-    "refused (a workload pod found live), accepted, shut_down, failed, rolled_back, dry_run",
+    "refused (a workload pod found live), accepted, shut_down, failed, rolled_back, dry_run; "
+    "and of power-ons: booting, booted, boot_failed",
     ["action", "outcome"],
 )
 NODE_ERRORS = Counter(
@@ -48,7 +49,29 @@ ACTUATOR_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 
+BOOTS = Counter(
+    "joulie_lifecycle_boots_total",
+    "Nodes powered on for pending pods: requested (the actuator took it), failed (it refused "
+    "or could not be reached), registered (Ready again), timed_out (not Ready within the boot "
+    "grace)",
+    ["actuator", "outcome"],
+)
+UNSERVED_PODS = Gauge(
+    "joulie_lifecycle_unschedulable_pods",
+    "Unschedulable pods as of the last pass, by what the boot decision made of them: "
+    "fits_serving (left to the scheduler), waits_for_boot (a node booting or draining, or one "
+    "powered on now, takes it), held (a group at its maximum, cooling down, or the boot limit), "
+    "unfittable (no node group could ever take it)",
+    ["fate"],
+)
+_FATES = ("fits_serving", "waits_for_boot", "held", "unfittable")
+
 _shown: set[tuple[str, ...]] = set()
+
+
+def record_unserved(counts: dict[str, int]) -> None:
+    for fate in _FATES:
+        UNSERVED_PODS.labels(fate).set(counts.get(fate, 0))
 
 
 def record_tuples(tuples: Tally[tuple[StateTuple, Action]]) -> None:

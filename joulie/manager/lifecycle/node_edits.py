@@ -126,6 +126,24 @@ class NodeEdits:
 
         return await self._edit(name, edit)
 
+    async def cool_down(self, name: str, now: float, retry_after: float, failures: int) -> bool:
+        """A power-on that failed or did not register: the node is off again (taint and cordon
+        stay), and is not powered on before ``retry_after``."""
+
+        def edit(live: Mapping[str, Any]) -> dict[str, Any] | None:
+            return {
+                "metadata": {
+                    "annotations": {
+                        keys.LIFECYCLE_PHASE_ANNOTATION: Phase.OFF.value,
+                        keys.LIFECYCLE_SINCE_ANNOTATION: format_time(now),
+                        keys.LIFECYCLE_RETRY_AFTER_ANNOTATION: format_time(retry_after),
+                        keys.LIFECYCLE_FAILURES_ANNOTATION: str(failures),
+                    }
+                }
+            }
+
+        return await self._edit(name, edit)
+
     async def roll_back(
         self, name: str, *, retry_after: float | None = None, failures: int | None = None
     ) -> bool:

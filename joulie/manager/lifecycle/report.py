@@ -30,7 +30,8 @@ log = structlog.get_logger("joulie.lifecycle")
 
 CONDITION_MANAGER = "joulie-lifecycle"
 
-_WARNINGS = frozenset({"failed", "refused"})
+_WARNINGS = frozenset({"failed", "refused", "boot_failed"})
+_BOOTS = frozenset({"booting", "booted", "boot_failed"})
 _REASONS = {
     "none": "NoAction",
     "held": "Held",
@@ -44,6 +45,9 @@ _REASONS = {
     "failed": "ShutdownFailed",
     "rolled_back": "RolledBack",
     "dry_run": "DryRun",
+    "booting": "PoweringOn",
+    "booted": "PoweredOn",
+    "boot_failed": "PowerOnFailed",
 }
 
 
@@ -61,6 +65,8 @@ class Decision:
         return _REASONS[self.outcome]
 
     def message(self) -> str:
+        if self.outcome in _BOOTS:
+            return f"{self.tuple}: {self.detail}"
         return f"{self.tuple} -> {self.action}: {self.detail}"
 
 

@@ -101,6 +101,9 @@ class LifecycleSettings(EnvSettings):
     lifecycle_max_concurrent_drains: Annotated[int | None, Field(ge=0)] = None
     """Nodes draining at once; unset: 1 % of the managed nodes, rounded up, at least 1 (50 of
     5,000), within LIFECYCLE_BUDGET_PCT."""
+    lifecycle_max_concurrent_boots: Annotated[int | None, Field(ge=0)] = None
+    """Nodes powering on at once for pending pods; unset: 10 % of the nodes the lifecycle knows,
+    rounded up, at least 5 (0: never power a node on)."""
     lifecycle_max_concurrent_shutdowns: Annotated[int, Field(ge=0)] = 5
     """Shutdowns in flight at once (requested and not yet done)."""
     lifecycle_budget_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
@@ -112,7 +115,8 @@ class LifecycleSettings(EnvSettings):
     lifecycle_unready_ok_count: Annotated[int, Field(ge=0)] = 3
     """... unless no more than this many are NotReady while most managed nodes are Ready."""
     lifecycle_backoff: Duration = 300.0
-    """Wait after a failed or refused shutdown of a node; doubles with each failure in a row."""
+    """Wait after a failed or refused shutdown of a node, or a power-on that failed or did not
+    register within LIFECYCLE_BOOT_GRACE; doubles with each failure in a row."""
     lifecycle_max_backoff: Duration = 3600.0
     """The longest wait LIFECYCLE_BACKOFF doubles up to."""
     lifecycle_stale_after: Duration = 300.0
@@ -133,6 +137,7 @@ class LifecycleSettings(EnvSettings):
     def lifecycle_limits(self) -> Limits:
         return Limits(
             max_concurrent_drains=self.lifecycle_max_concurrent_drains,
+            max_concurrent_boots=self.lifecycle_max_concurrent_boots,
             max_concurrent_shutdowns=self.lifecycle_max_concurrent_shutdowns,
             budget_pct=self.lifecycle_budget_pct,
             min_nodes=self.lifecycle_min_nodes,

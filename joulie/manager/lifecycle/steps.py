@@ -144,6 +144,9 @@ class Steps:
             await self._edits.mark(node.name, Phase.SHUTTING_DOWN, now, restamp=True)
             await self._actuate(node, derived, action, now, since=now)
             return
+        if flight.phase is Phase.BOOTING:
+            await self._booting(node, flight, derived, action, since, now)
+            return
         if flight.phase is Phase.OFF and node.ready and now - since > self._alive_after:
             # Ready this long after its power-off: powered on again (or never off). It serves
             # again, and its idle spell starts afresh.
@@ -151,6 +154,42 @@ class Steps:
             await self._say(
                 node, derived, action, "rolled_back", "Ready again after being powered off", now
             )
+
+    async def _booting(
+        self,
+        node: SlimNode,
+        flight: InFlight,
+        derived: Derived,
+        action: Action,
+        since: float,
+        now: float,
+    ) -> None:
+        """A node powered on for pending work: in service once Ready; off again, cooling down,
+        when it did not become Ready within its boot grace (cluster-autoscaler's
+        max-node-provision-time, which backs the group off the same way)."""
+        if node.ready:
+            await self._edits.roll_back(node.name)
+            if flight.failures:
+                await self._clear_failures(node)
+            metrics.BOOTS.labels(self._actuator.name, "registered").inc()
+            await self._say(node, derived, action, "booted", "Ready after its power-on", now)
+            return
+        if now - since < self._config.boot_grace_s:
+            await self._say(node, derived, action, "booting", "powering on", now)
+            return
+        failures = flight.failures + 1
+        wait = backoff_s(failures, *self._backoff)
+        await self._edits.cool_down(node.name, now, now + wait, failures)
+        metrics.BOOTS.labels(self._actuator.name, "timed_out").inc()
+        await self._say(
+            node,
+            derived,
+            action,
+            "boot_failed",
+            f"not Ready {self._config.boot_grace_s:.0f} s after its power-on; next try in "
+            f"{wait:.0f} s",
+            now,
+        )
 
     async def _actuate(
         self, node: SlimNode, derived: Derived, action: Action, now: float, *, since: float
