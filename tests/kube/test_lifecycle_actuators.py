@@ -1,8 +1,9 @@
-"""The KWOK and Cluster API shutdown actuators against a real kube-apiserver: what each does to
-the cluster's objects, what each refuses, and that nothing is written without leadership.
+"""The KWOK and Cluster API actuators against a real kube-apiserver: what each does to the
+cluster's objects, what each refuses, and that nothing is written without leadership.
 
 Cluster API itself does not run here: its CRDs are installed in a minimal form (any fields, the
-/scale subresource of MachineSets and MachineDeployments), which is all the actuator relies on.
+/scale subresource of MachineSets and MachineDeployments, no status subresource), which is all
+the actuator relies on. Nor does its controller: a group's ready replicas are written by hand.
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from hack.cluster.runner import LocalCluster
 from joulie.api.lifecycle import Action, BootGrace, IdleGrace, StateTuple, Window, WorkerState
 from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
+from joulie.kube.projections import SlimNode
 from joulie.kube.writes import NotPermitted, Writer
-from joulie.manager.lifecycle.actuator import Outcome, ShutdownRequest
-from joulie.manager.lifecycle.actuator_capi import DELETE_MACHINE_ANNOTATION, ClusterApiActuator
+from joulie.manager.lifecycle.actuator import BootOffer, Outcome, PowerOnRequest, ShutdownRequest
+from joulie.manager.lifecycle.actuator_capi import (
+    BOOT_REQUESTED_ANNOTATION,
+    DELETE_MACHINE_ANNOTATION,
+    MAX_SIZE_ANNOTATION,
+    MIN_SIZE_ANNOTATION,
+    ClusterApiActuator,
+)
 from joulie.manager.lifecycle.actuator_kwok import KwokActuator
 from joulie.manager.lifecycle.actuators import build_actuator
+from joulie.manager.lifecycle.settings import LifecycleSettings
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.asyncio]
@@ -219,11 +229,20 @@ class Capi:
         return f"{base}/{name}" if name else base
 
     async def create(
-        self, plural: str, kind: str, name: str, *, by: dict[str, Any] | None = None, **spec: Any
+        self,
+        plural: str,
+        kind: str,
+        name: str,
+        *,
+        by: dict[str, Any] | None = None,
+        annotations: dict[str, str] | None = None,
+        **spec: Any,
     ) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": name}
         if by is not None:
             metadata["ownerReferences"] = [by]
+        if annotations:
+            metadata["annotations"] = annotations
         body = {
             "apiVersion": "cluster.x-k8s.io/v1beta1",
             "kind": kind,
@@ -257,9 +276,20 @@ class Capi:
         got = await self.client.request("GET", self.path(plural, name))
         return int(got["spec"]["replicas"])
 
-    async def annotations(self, machine: dict[str, Any]) -> dict[str, str]:
-        got = await self.client.request("GET", self.path("machines", machine["metadata"]["name"]))
+    async def annotations(
+        self, machine: dict[str, Any], plural: str = "machines"
+    ) -> dict[str, str]:
+        got = await self.client.request("GET", self.path(plural, machine["metadata"]["name"]))
         return dict(got["metadata"].get("annotations") or {})
+
+    async def patch(self, plural: str, obj: dict[str, Any], body: dict[str, Any]) -> None:
+        path = self.path(plural, obj["metadata"]["name"])
+        await self.client.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    async def ready(self, plural: str, obj: dict[str, Any], replicas: int) -> None:
+        """What Cluster API's controller would report once that many nodes are Ready (no
+        status subresource here: the status is written like any field)."""
+        await self.patch(plural, obj, {"status": {"readyReplicas": replicas}})
 
 
 @pytest_asyncio.fixture
@@ -466,3 +496,292 @@ async def test_capi_writes_nothing_without_leadership(
         await ClusterApiActuator(client, follower).shutdown(request_for(node))
     assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
     assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3
+
+
+async def test_capi_scale_down_stops_at_the_groups_minimum(
+    capi: Capi, client: KubeClient, nodes: Any
+) -> None:
+    md, _, machine, node = await deployment_with_machine(capi, nodes, replicas=2)
+    await capi.patch("machinedeployments", md, {"metadata": {"annotations": sizes(2, 5)}})
+    result = await ClusterApiActuator(client, Writer(client, FIELD_MANAGER)).shutdown(
+        request_for(node)
+    )
+    assert result.outcome is Outcome.FAILED
+    assert "its minimum size is 2" in result.message
+    # Refused after the mark: the mark is taken off, so the next attempt starts clean.
+    assert DELETE_MACHINE_ANNOTATION not in await capi.annotations(machine)
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 2
+
+
+# --- Cluster API: powering on ----------------------------------------------------------------
+
+CAPACITY = "capacity.cluster-autoscaler.kubernetes.io"
+GPU_NODE = {f"{CAPACITY}/cpu": "16", f"{CAPACITY}/memory": "64Gi"} | {
+    f"{CAPACITY}/gpu-count": "4",
+    f"{CAPACITY}/gpu-type": "amd.com/gpu",
+}
+MOMENT = datetime.datetime(2026, 1, 1, 3, 0, 0, tzinfo=datetime.UTC).timestamp()
+
+
+def sizes(minimum: int | str, maximum: int | str) -> dict[str, str]:
+    return {MIN_SIZE_ANNOTATION: str(minimum), MAX_SIZE_ANNOTATION: str(maximum)}
+
+
+async def node_group(
+    capi: Capi,
+    replicas: int,
+    annotations: dict[str, str],
+    *,
+    ready: int | None = None,
+    labels: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], str]:
+    """A MachineDeployment and the group name its offers carry."""
+    spec: dict[str, Any] = {"replicas": replicas}
+    if labels:
+        spec["template"] = {"metadata": {"labels": labels}}
+    md = await capi.create(
+        "machinedeployments", "MachineDeployment", unique("md"), annotations=annotations, **spec
+    )
+    if ready is not None:
+        await capi.ready("machinedeployments", md, ready)
+    return md, f"MachineDeployment {capi.namespace}/{md['metadata']['name']}"
+
+
+def power_on(group: str, count: int) -> PowerOnRequest:
+    return PowerOnRequest(
+        group=group, node="", count=count, reason="pods wait", idempotency_key=f"{group}/{count}"
+    )
+
+
+def offer_of(offers: list[BootOffer], group: str) -> BootOffer | None:
+    # Every namespace is listed: other tests' groups are there too.
+    found = [offer for offer in offers if offer.group == group]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def slim_node(name: str, annotations: dict[str, str], allocatable: dict[str, str]) -> SlimNode:
+    return SlimNode(
+        name=name,
+        labels={},
+        annotations=annotations,
+        allocatable=allocatable,
+        unschedulable=False,
+        ready=True,
+        deleting=False,
+        uid=str(uuid.uuid4()),
+    )
+
+
+async def test_capi_powers_on_by_scaling_a_node_group_up(capi: Capi, client: KubeClient) -> None:
+    md, group = await node_group(capi, 2, sizes(1, 5) | GPU_NODE, ready=2, labels={"pool": "gpu"})
+    actuator = ClusterApiActuator(client, Writer(client, FIELD_MANAGER), clock=lambda: MOMENT)
+    before = offer_of(await actuator.bootable([], MOMENT), group)
+    assert before == BootOffer(
+        group,
+        {"cpu": "16", "memory": "64Gi", "amd.com/gpu": "4"},
+        can_boot=3,
+        labels={"pool": "gpu"},
+    )
+
+    result = await actuator.power_on(power_on(group, 2))
+    assert result.outcome is Outcome.ACCEPTED, result.message
+    assert result.message == f"{group} scaled up from 2 to 4"
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 4
+    stamped = await capi.annotations(md, "machinedeployments")
+    assert stamped[BOOT_REQUESTED_ANNOTATION] == "2026-01-01T03:00:00Z"
+
+    # A restarted manager reads the boot in flight from the group itself: two booting, and
+    # room for one more below the maximum, not three.
+    settings = LifecycleSettings(lifecycle_boot_grace=600.0, lifecycle_backoff=60.0)
+    restarted = build_actuator(
+        "cluster-api", client=client, writer=Writer(client, FIELD_MANAGER), settings=settings
+    )
+    during = offer_of(await restarted.bootable([], MOMENT + 60), group)
+    assert during is not None
+    assert (during.booting, during.can_boot, during.cooling_until) == (2, 1, None)
+
+    # Still not Ready past the boot grace: the group cools down, as cluster-autoscaler backs it
+    # off, for LIFECYCLE_BACKOFF past the grace.
+    late = offer_of(await restarted.bootable([], MOMENT + 601), group)
+    assert late is not None
+    assert (late.booting, late.cooling_until) == (2, MOMENT + 600 + 60)
+
+    # The nodes came up: nothing in flight, nothing cooling.
+    await capi.ready("machinedeployments", md, 4)
+    after = offer_of(await restarted.bootable([], MOMENT + 601), group)
+    assert after is not None
+    assert (after.booting, after.can_boot, after.cooling_until) == (0, 1, None)
+
+
+async def test_capi_never_scales_a_node_group_past_its_maximum(
+    capi: Capi, client: KubeClient
+) -> None:
+    md, group = await node_group(capi, 4, sizes(0, 5) | GPU_NODE, ready=4)
+    actuator = ClusterApiActuator(client, Writer(client, FIELD_MANAGER))
+    refused = await actuator.power_on(power_on(group, 2))
+    assert refused.outcome is Outcome.FAILED
+    assert "2 more would pass its maximum size 5" in refused.message
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 4
+    # A refusal leaves no stamp: no boot began, so nothing may cool the group down for it.
+    assert BOOT_REQUESTED_ANNOTATION not in await capi.annotations(md, "machinedeployments")
+
+    assert (await actuator.power_on(power_on(group, 1))).outcome is Outcome.ACCEPTED
+    full = offer_of(await actuator.bootable([], MOMENT), group)
+    assert full is not None
+    assert (full.can_boot, full.booting) == (0, 1)
+    again = await actuator.power_on(power_on(group, 1))
+    assert again.outcome is Outcome.FAILED
+    assert "maximum size 5" in again.message
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 5
+
+
+async def test_capi_scale_up_rereads_the_replicas_that_changed_under_it(
+    capi: Capi, client: KubeClient
+) -> None:
+    md, group = await node_group(capi, 1, sizes(0, 5) | GPU_NODE)
+
+    def scaled_meanwhile(replicas: int) -> ClusterApiActuator:
+        """An actuator whose first scale request finds the group resized to ``replicas``."""
+        pending = [replicas]
+
+        async def someone_scales(method: str, path: str) -> None:
+            if method == "PUT" and path.endswith("/scale") and pending:
+                patch = {"spec": {"replicas": pending.pop()}}
+                await capi.patch("machinedeployments", md, patch)
+
+        return ClusterApiActuator(client, Interleaved(client, someone_scales))
+
+    result = await scaled_meanwhile(3).power_on(power_on(group, 1))
+    assert result.outcome is Outcome.ACCEPTED, result.message
+    # The 3 written meanwhile was read again and counted up, not overwritten with 1 + 1.
+    assert result.message == f"{group} scaled up from 3 to 4"
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 4
+
+    # Read again, the group is at its maximum: the new count is refused, not overwritten.
+    refused = await scaled_meanwhile(5).power_on(power_on(group, 1))
+    assert refused.outcome is Outcome.FAILED
+    assert "maximum size 5" in refused.message
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 5
+
+
+async def test_capi_boot_whose_answer_was_lost_is_seen_booting_not_repeated(
+    capi: Capi, client: KubeClient
+) -> None:
+    md, group = await node_group(capi, 2, sizes(0, 5) | GPU_NODE, ready=2)
+    lost = await ClusterApiActuator(client, AnswerLost(client, FIELD_MANAGER)).power_on(
+        power_on(group, 1)
+    )
+    assert lost.outcome is Outcome.FAILED
+    assert "whether it grew is not known" in lost.message
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 3
+    # The next pass (here a restarted manager) reads the boot that did happen.
+    offer = offer_of(
+        await ClusterApiActuator(client, Writer(client, FIELD_MANAGER)).bootable([], MOMENT),
+        group,
+    )
+    assert offer is not None
+    assert (offer.booting, offer.can_boot) == (1, 2)
+
+
+async def test_capi_offers_only_the_node_groups_cluster_autoscaler_manages(
+    capi: Capi, client: KubeClient
+) -> None:
+    writer = Writer(client, FIELD_MANAGER)
+    actuator = ClusterApiActuator(client, writer)
+    plain, plain_group = await node_group(capi, 1, {})
+    _, half_group = await node_group(capi, 1, {MAX_SIZE_ANNOTATION: "5"} | GPU_NODE)
+    _, word_group = await node_group(capi, 1, sizes("one", 5) | GPU_NODE)
+    _, upside_group = await node_group(capi, 1, sizes(4, 2) | GPU_NODE)
+    _, blind_group = await node_group(capi, 1, sizes(0, 5))
+    # A MachineSet its deployment owns is sized through the deployment, never on its own.
+    seen, seen_group = await node_group(capi, 1, sizes(0, 5))
+    owned = await capi.create(
+        "machinesets", "MachineSet", unique("ms"), by=owner(seen), annotations=sizes(0, 5)
+    )
+    # A MachineSet of its own is a group; a GPU count without a type is NVIDIA's.
+    lone = await capi.create(
+        "machinesets",
+        "MachineSet",
+        unique("ms"),
+        annotations=sizes(0, 2)
+        | {f"{CAPACITY}/cpu": "8", f"{CAPACITY}/memory": "32Gi", f"{CAPACITY}/gpu-count": "1"},
+        replicas=0,
+    )
+    lone_group = f"MachineSet {capi.namespace}/{lone['metadata']['name']}"
+
+    of_the_group = {
+        "cluster.x-k8s.io/owner-kind": "MachineSet",
+        "cluster.x-k8s.io/owner-name": owned["metadata"]["name"],
+        "cluster.x-k8s.io/cluster-namespace": capi.namespace,
+    }
+    nodes = [
+        # The same MachineSet name in another namespace is another group's.
+        slim_node("elsewhere", of_the_group | {"cluster.x-k8s.io/cluster-namespace": "x"}, {}),
+        slim_node("n1", of_the_group, {"cpu": "4", "memory": "16Gi"}),
+    ]
+    offers = await actuator.bootable(nodes, MOMENT)
+    for absent in (
+        plain_group,
+        half_group,
+        f"MachineSet {capi.namespace}/{owned['metadata']['name']}",
+    ):
+        assert offer_of(offers, absent) is None
+
+    word = offer_of(offers, word_group)
+    assert word is not None
+    assert word.can_boot == 0
+    assert f"{MIN_SIZE_ANNOTATION} is 'one', not a non-negative integer" in word.problem
+    upside = offer_of(offers, upside_group)
+    assert upside is not None
+    assert upside.can_boot == 0
+    assert "minimum size 4 is above its maximum size 2" in upside.problem
+    blind = offer_of(offers, blind_group)
+    assert blind is not None
+    assert blind.can_boot == 0
+    assert "cannot tell what a node of it offers" in blind.problem
+
+    from_node = offer_of(offers, seen_group)
+    assert from_node is not None
+    assert (from_node.allocatable, from_node.can_boot, from_node.problem) == (
+        {"cpu": "4", "memory": "16Gi"},
+        4,
+        "",
+    )
+    alone = offer_of(offers, lone_group)
+    assert alone is not None
+    assert (alone.allocatable, alone.can_boot) == (
+        {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+        2,
+    )
+
+    # What is not offered is not scaled either, whatever asks.
+    for group in (plain_group, word_group, "Deployment default/web", "MachineSet ../x"):
+        result = await actuator.power_on(power_on(group, 1))
+        assert result.outcome is Outcome.FAILED, group
+    assert await capi.replicas("machinedeployments", plain["metadata"]["name"]) == 1
+    assert (await actuator.power_on(power_on(lone_group, 1))).outcome is Outcome.ACCEPTED
+    assert await capi.replicas("machinesets", lone["metadata"]["name"]) == 1
+
+
+async def test_capi_offers_nothing_where_cluster_api_is_not_served(client: KubeClient) -> None:
+    absent = ClusterApiActuator(client, Writer(client, FIELD_MANAGER), version="v1alpha0")
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert await absent.bootable([], MOMENT) == []
+    # Said once, not at every pass while it lasts.
+    warned = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(warned) == 1, warned
+    assert "HTTP 404" in warned[0]["error"]
+    result = await absent.power_on(power_on("MachineDeployment default/md", 1))
+    assert result.outcome is Outcome.FAILED
+    assert "not found" in result.message
+
+
+async def test_capi_powers_on_nothing_without_leadership(capi: Capi, client: KubeClient) -> None:
+    md, group = await node_group(capi, 1, sizes(0, 5) | GPU_NODE)
+    follower = Writer(client, FIELD_MANAGER, may_write=lambda: False)
+    with pytest.raises(NotPermitted):
+        await ClusterApiActuator(client, follower).power_on(power_on(group, 1))
+    assert await capi.replicas("machinedeployments", md["metadata"]["name"]) == 1
+    assert BOOT_REQUESTED_ANNOTATION not in await capi.annotations(md, "machinedeployments")

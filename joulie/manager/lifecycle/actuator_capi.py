@@ -1,10 +1,13 @@
-"""Powering off a node that Cluster API manages: remove its Machine, and do not let it come back.
+"""Powering nodes that Cluster API manages off and on: shrink or grow the node group that owns
+them, as cluster-autoscaler would.
 
-Deleting a Machine alone makes its MachineSet create a replacement, so the Machine is marked
-with ``cluster.x-k8s.io/delete-machine`` (which makes it the first one removed when its set
-shrinks) and then the set is shrunk by one: the MachineDeployment that owns the MachineSet, or
+Powering off: deleting a Machine alone makes its MachineSet create a replacement, so the Machine
+is marked with ``cluster.x-k8s.io/delete-machine`` (which makes it the first one removed when its
+set shrinks) and then the set is shrunk by one: the MachineDeployment that owns the MachineSet, or
 the MachineSet itself when nothing owns it. Cluster API then drains the node, runs its hooks,
-deletes the infrastructure machine and the Node: the result is ACCEPTED, not DONE.
+deletes the infrastructure machine and the Node: the result is ACCEPTED, not DONE. A set that
+carries cluster-autoscaler's minimum size is never shrunk below it, as cluster-autoscaler would
+not.
 
 Restarts: a Machine that already carries the mark is not counted down again, so a manager that
 restarts mid-shutdown never removes two machines for one node. The price is one narrow window:
@@ -16,28 +19,49 @@ was cancelled while the request ran on) does the mark stay, because the set may 
 
 The Machine's controlling owner must be a MachineSet: control-plane Machines (owned by a
 KubeadmControlPlane) and Machines without an owner are refused, never scaled.
+
+Powering on: the node groups are those cluster-autoscaler would manage, MachineDeployments (and
+MachineSets no MachineDeployment owns) carrying both its min-size and max-size annotations; one
+without both is someone else's to size, and is never offered. A group grows through its /scale
+subresource, never past its maximum, like cluster-autoscaler's own scale-up; its controller then
+makes the Machines and their nodes. What one node of a group offers comes from
+cluster-autoscaler's scale-from-zero capacity annotations, or else from a node of the group.
+
+Restarts: nothing of a boot is kept in memory. Its nodes in flight are the group's replicas less
+its ready replicas, and the group is stamped with ``joulie.io/boot-requested-at`` before it
+grows; both live on the object, so a restarted manager (or the next pass after a scale request
+whose answer was lost) reads the boots in flight and never grows the group twice for them. A
+boot still in flight past the boot grace cools the group down, as cluster-autoscaler backs off a
+group whose nodes did not register within its max-node-provision-time.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 import structlog
 
+from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
 from joulie.kube.writes import Writer
 from joulie.manager.lifecycle.actuator import (
     ActuatorResult,
+    BootOffer,
     BuildArgs,
     Outcome,
+    PowerOnRequest,
     Registration,
     ShutdownRequest,
 )
+
+if TYPE_CHECKING:
+    from joulie.kube.projections import SlimNode
 
 log = structlog.get_logger("joulie.manager")
 
@@ -48,12 +72,33 @@ CLUSTER_NAMESPACE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-namespace"
 """Node annotation Cluster API sets: the namespace of that Machine."""
 DELETE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/delete-machine"
 """Machine annotation: remove this Machine first when its set shrinks."""
+OWNER_NAME_ANNOTATION: Final = "cluster.x-k8s.io/owner-name"
+"""Node annotation Cluster API sets: the name of its Machine's owner (a MachineSet)."""
+OWNER_KIND_ANNOTATION: Final = "cluster.x-k8s.io/owner-kind"
+"""Node annotation Cluster API sets: the kind of that owner."""
+MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+"""Group annotation cluster-autoscaler reads: the fewest replicas it scales the group down to."""
+MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+"""Group annotation cluster-autoscaler reads: the most replicas it scales the group up to."""
+CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+"""Group annotations cluster-autoscaler reads to scale a group up from zero: what one of its
+nodes offers (``cpu``, ``memory``, ``gpu-count`` of ``gpu-type``)."""
+DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
+"""The GPU resource cluster-autoscaler assumes when ``gpu-type`` is not set."""
+BOOT_REQUESTED_ANNOTATION: Final = "joulie.io/boot-requested-at"
+"""Group annotation Joulie sets before it grows the group: when the last boot was asked for."""
 
 _CONFLICT_RETRIES: Final = 5
+_LIST_PAGE: Final = 500
+_LIST_MAX: Final = 5000
+"""The most objects of one kind read in a pass: node groups number tens, not thousands, and a
+list past this is cut off (and reported) rather than read without end."""
+_GROUP_KINDS: Final = {"MachineDeployment": "machinedeployments", "MachineSet": "machinesets"}
+_DNS_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 class CapiError(Exception):
-    """A reason not to (or no longer able to) shut the node down, in words."""
+    """A reason not to (or no longer able to) power a node off or on, in words."""
 
 
 class ScaleUnknown(CapiError):
@@ -66,7 +111,7 @@ _TRANSPORT: Final = (aiohttp.ClientError, TimeoutError, OSError)
 
 @dataclass(frozen=True)
 class _Scalable:
-    """The MachineDeployment or MachineSet whose replicas are counted down."""
+    """The MachineDeployment or MachineSet whose replicas are counted down or up."""
 
     kind: str
     namespace: str
@@ -75,6 +120,33 @@ class _Scalable:
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+
+class _Warnings:
+    """Warnings logged when their cause appears, not again at every pass while it lasts: what
+    is remembered is only what the last pass found, so it stays as small as the causes."""
+
+    def __init__(self) -> None:
+        self._last: set[str] = set()
+        self._now: set[str] = set()
+
+    def next_pass(self) -> None:
+        self._last, self._now = self._now, set()
+
+    def warn(self, event: str, **fields: Any) -> None:
+        key = f"{event} {sorted(fields.items())}"
+        self._now.add(key)
+        if key not in self._last:
+            log.warning(event, **fields)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A node group as cluster-autoscaler sees it, and the MachineSets that make its nodes."""
+
+    scalable: _Scalable
+    obj: Mapping[str, Any]
+    sets: frozenset[str]
 
 
 class ClusterApiActuator:
@@ -87,15 +159,21 @@ class ClusterApiActuator:
         *,
         version: str = "v1beta1",
         clock: Callable[[], float] = time.time,
+        boot_grace_s: float = 1200.0,
+        cooldown_s: float = 300.0,
     ) -> None:
         """Reads go through ``client``, writes through ``writer`` (so each is refused with
         :class:`joulie.kube.writes.NotPermitted` once this process no longer leads).
         ``version`` is the Cluster API version served; ``clock`` gives epoch seconds for the
-        mark's value."""
+        marks' values. A group whose boot is still in flight ``boot_grace_s`` after it was
+        asked for boots nothing more for ``cooldown_s``."""
         self._client = client
         self._writer = writer
         self._base = f"/apis/{CAPI_GROUP}/{version}"
         self._clock = clock
+        self._boot_grace_s = boot_grace_s
+        self._cooldown_s = cooldown_s
+        self._warnings = _Warnings()
 
     async def shutdown(self, request: ShutdownRequest) -> ActuatorResult:
         try:
@@ -149,6 +227,225 @@ class ClusterApiActuator:
             Outcome.ACCEPTED,
             f"{where} marked for deletion and {target} scaled down to {replicas}; Cluster API "
             "drains and removes the node",
+        )
+
+    async def bootable(self, nodes: Sequence[SlimNode], now: float) -> list[BootOffer]:
+        """The node groups cluster-autoscaler would manage, read afresh (a group's size and
+        its boots in flight live on the object, not here). A list that cannot be read offers
+        nothing this pass."""
+        self._warnings.next_pass()
+        try:
+            deployments = await self._list("machinedeployments")
+            sets = await self._list("machinesets")
+        except CapiError as exc:
+            self._warnings.warn("cluster api node groups cannot be read", error=str(exc))
+            return []
+        groups = self._groups(deployments, sets)
+        examples = _nodes_by_set(nodes)
+        return [self._offer(group, examples, now) for group in groups]
+
+    async def power_on(self, request: PowerOnRequest) -> ActuatorResult:
+        try:
+            return await self._power_on(request)
+        except CapiError as exc:
+            message = str(exc)
+        except _TRANSPORT as exc:
+            message = f"{request.group}: the API server did not answer: {type(exc).__name__}: {exc}"
+        log.warning("cluster api power on failed", group=request.group, error=message)
+        return ActuatorResult(Outcome.FAILED, message)
+
+    async def _power_on(self, request: PowerOnRequest) -> ActuatorResult:
+        target = self._parse_group(request.group)
+        if request.count < 1:
+            raise CapiError(f"{target}: asked to power on {request.count} nodes, none scaled up")
+        group = await self._get(target.path, str(target))
+        annotations = _annotations(group)
+        if MIN_SIZE_ANNOTATION not in annotations or MAX_SIZE_ANNOTATION not in annotations:
+            raise CapiError(
+                f"{target} lacks {MIN_SIZE_ANNOTATION} or {MAX_SIZE_ANNOTATION}: it is not a "
+                "node group cluster-autoscaler manages, and Joulie does not size it"
+            )
+        sizes = _sizes(annotations)
+        if isinstance(sizes, str):
+            raise CapiError(f"{target}: {sizes}")
+        maximum = sizes[1]
+        # Refused before the stamp, so a refusal leaves no trace of a boot that never began.
+        replicas = _whole(_mapping(group.get("spec")).get("replicas"), 0)
+        if replicas is not None:
+            _check_room(target, replicas, request.count, maximum)
+        await self._stamp(target)
+        before, after = await self._count_up(target, request.count, maximum)
+        log.info(
+            "cluster api node group scaled up",
+            group=str(target),
+            replicas=after,
+            reason=request.reason,
+        )
+        return ActuatorResult(Outcome.ACCEPTED, f"{target} scaled up from {before} to {after}")
+
+    def _parse_group(self, group: str) -> _Scalable:
+        """The group an offer named (``MachineDeployment ns/name``); its parts become a path,
+        so each must be a name the API server could have given."""
+        kind, _, rest = group.partition(" ")
+        namespace, _, name = rest.partition("/")
+        plural = _GROUP_KINDS.get(kind)
+        if plural is None or not _DNS_NAME.fullmatch(namespace) or not _DNS_NAME.fullmatch(name):
+            raise CapiError(
+                f"{group!r} is not a Cluster API node group (MachineDeployment ns/name or "
+                "MachineSet ns/name)"
+            )
+        return _Scalable(
+            kind, namespace, name, f"{self._base}/namespaces/{namespace}/{plural}/{name}"
+        )
+
+    async def _stamp(self, target: _Scalable) -> None:
+        patch = {"metadata": {"annotations": {BOOT_REQUESTED_ANNOTATION: self._now()}}}
+        try:
+            await self._writer.send("PATCH", target.path, body=patch, content_type=MERGE_PATCH)
+        except ApiError as exc:
+            raise CapiError(
+                f"stamping {target} with {BOOT_REQUESTED_ANNOTATION} failed: HTTP {exc.status} "
+                f"{exc.message}; it was not scaled up"
+            ) from exc
+        except _TRANSPORT as exc:
+            raise CapiError(
+                f"stamping {target} with {BOOT_REQUESTED_ANNOTATION} got no answer "
+                f"({type(exc).__name__}: {exc}); it was not scaled up"
+            ) from exc
+
+    async def _count_up(self, target: _Scalable, count: int, maximum: int) -> tuple[int, int]:
+        """``count`` replicas more through the /scale subresource, never past ``maximum``,
+        guarded by the resourceVersion read like :meth:`_count_down`; the counts before and
+        after."""
+        scale_path = f"{target.path}/scale"
+        for _ in range(_CONFLICT_RETRIES):
+            scale = await self._get(scale_path, f"the scale of {target}")
+            replicas = _whole(_mapping(scale.get("spec")).get("replicas"), 0)
+            if replicas is None:
+                raise CapiError(f"{target} has replicas that are not a count: not scaled up")
+            _check_room(target, replicas, count, maximum)
+            try:
+                await self._writer.send(
+                    "PUT", scale_path, body=_scale_body(scale, target, replicas + count)
+                )
+            except ApiError as exc:
+                if exc.conflict:
+                    continue
+                raise CapiError(
+                    f"scaling {target} up failed: HTTP {exc.status} {exc.message}"
+                ) from exc
+            except _TRANSPORT as exc:
+                raise CapiError(
+                    f"scaling {target} up from {replicas} to {replicas + count} got no answer "
+                    f"({type(exc).__name__}: {exc}): whether it grew is not known; the next "
+                    "pass reads its replicas again, so it is not scaled up twice"
+                ) from exc
+            return replicas, replicas + count
+        raise CapiError(f"scaling {target} up kept conflicting with other writers")
+
+    async def _list(self, plural: str) -> list[Mapping[str, Any]]:
+        """Every object of ``plural`` in every namespace, up to :data:`_LIST_MAX`."""
+        items: list[Mapping[str, Any]] = []
+        params: dict[str, Any] = {"limit": _LIST_PAGE}
+        path = f"{self._base}/{plural}"
+        while True:
+            try:
+                page = await self._client.request("GET", path, params=params)
+            except ApiError as exc:
+                raise CapiError(
+                    f"listing {plural} failed: HTTP {exc.status} {exc.message}"
+                ) from exc
+            except _TRANSPORT as exc:
+                raise CapiError(f"listing {plural} failed: {type(exc).__name__}: {exc}") from exc
+            found = page.get("items") if isinstance(page, Mapping) else None
+            if not isinstance(found, list):
+                raise CapiError(f"listing {plural} answered something other than a list")
+            for item in found:
+                if _named(item):
+                    items.append(item)
+                else:
+                    self._warnings.warn("a malformed Cluster API object is ignored", kind=plural)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            if len(items) >= _LIST_MAX:
+                self._warnings.warn(
+                    "cluster api objects past the limit are not read", kind=plural, read=len(items)
+                )
+                return items
+            params = {"limit": _LIST_PAGE, "continue": token}
+
+    def _groups(
+        self, deployments: Iterable[Mapping[str, Any]], sets: Iterable[Mapping[str, Any]]
+    ) -> list[_Group]:
+        """The groups cluster-autoscaler manages: a MachineSet a MachineDeployment owns is part
+        of that deployment's group, never one of its own."""
+        owned: dict[tuple[str, str], set[str]] = {}
+        groups: list[_Group] = []
+        for machine_set in sets:
+            namespace, name = _identity(machine_set)
+            deployment = _controller(machine_set, "MachineDeployment")
+            if deployment is not None:
+                owned.setdefault((namespace, deployment), set()).add(name)
+            elif _autoscaled(machine_set):
+                path = f"{self._base}/namespaces/{namespace}/machinesets/{name}"
+                scalable = _Scalable("MachineSet", namespace, name, path)
+                groups.append(_Group(scalable, machine_set, frozenset({name})))
+        for deployment_obj in deployments:
+            if not _autoscaled(deployment_obj):
+                continue
+            namespace, name = _identity(deployment_obj)
+            path = f"{self._base}/namespaces/{namespace}/machinedeployments/{name}"
+            scalable = _Scalable("MachineDeployment", namespace, name, path)
+            sets_of = frozenset(owned.get((namespace, name), ()))
+            groups.append(_Group(scalable, deployment_obj, sets_of))
+        return sorted(groups, key=lambda g: str(g.scalable))
+
+    def _offer(
+        self,
+        group: _Group,
+        examples: Mapping[tuple[str, str], SlimNode],
+        now: float,
+    ) -> BootOffer:
+        name = str(group.scalable)
+        annotations = _annotations(group.obj)
+        spec = _mapping(group.obj.get("spec"))
+        replicas = _whole(spec.get("replicas"), 0)
+        if replicas is None:
+            return BootOffer(name, {}, 0, problem="its spec.replicas is not a count")
+        ready = _whole(_mapping(group.obj.get("status")).get("readyReplicas"), 0) or 0
+        booting = max(0, replicas - ready)
+        labels = _labels(_mapping(_mapping(spec.get("template")).get("metadata")).get("labels"))
+        sizes = _sizes(annotations)
+        if isinstance(sizes, str):
+            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=sizes)
+        allocatable = _capacity(annotations)
+        if allocatable is None:
+            for machine_set in sorted(group.sets):
+                example = examples.get((group.scalable.namespace, machine_set))
+                if example is not None:
+                    allocatable = dict(example.allocatable)
+                    break
+        if isinstance(allocatable, str):
+            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=allocatable)
+        if not allocatable:
+            problem = (
+                f"cannot tell what a node of it offers: set {CAPACITY_PREFIX}cpu and /memory on it"
+            )
+            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=problem)
+        cooling_until = None
+        requested = _epoch(annotations.get(BOOT_REQUESTED_ANNOTATION))
+        if requested is not None and booting > 0 and now - requested > self._boot_grace_s:
+            # Its boot did not register within the grace: cluster-autoscaler backs such a
+            # group off (max-node-provision-time), and so does Joulie.
+            cooling_until = requested + self._boot_grace_s + self._cooldown_s
+        return BootOffer(
+            name,
+            allocatable,
+            max(0, sizes[1] - replicas),
+            booting=booting,
+            labels=labels,
+            cooling_until=cooling_until,
         )
 
     async def close(self) -> None:
@@ -218,23 +515,23 @@ class ClusterApiActuator:
         """One replica fewer through the /scale subresource, guarded by the resourceVersion
         read (a concurrent change is read again, not overwritten); the new count."""
         scale_path = f"{target.path}/scale"
+        minimum = await self._minimum(target)
         for _ in range(_CONFLICT_RETRIES):
             scale = await self._get(scale_path, f"the scale of {target}")
             replicas = (scale.get("spec") or {}).get("replicas") or 0
             if not isinstance(replicas, int) or replicas < 1:
                 raise CapiError(f"{target} has {replicas!r} replicas: nothing to scale down")
-            body = {
-                "apiVersion": scale.get("apiVersion", "autoscaling/v1"),
-                "kind": "Scale",
-                "metadata": {
-                    "name": target.name,
-                    "namespace": target.namespace,
-                    "resourceVersion": (scale.get("metadata") or {}).get("resourceVersion"),
-                },
-                "spec": {"replicas": replicas - 1},
-            }
+            if minimum is not None and replicas - 1 < minimum:
+                # cluster-autoscaler refuses the same (replicas <= min): the group's owner set
+                # that floor, and a shutdown must not undercut it.
+                raise CapiError(
+                    f"{target} has {replicas} replicas and its minimum size is {minimum} "
+                    f"({MIN_SIZE_ANNOTATION}): it is not scaled down below it"
+                )
             try:
-                await self._writer.send("PUT", scale_path, body=body)
+                await self._writer.send(
+                    "PUT", scale_path, body=_scale_body(scale, target, replicas - 1)
+                )
             except ApiError as exc:
                 if exc.conflict:
                     continue
@@ -249,6 +546,161 @@ class ClusterApiActuator:
                 ) from exc
             return replicas - 1
         raise CapiError(f"scaling {target} down kept conflicting with other writers")
+
+    async def _minimum(self, target: _Scalable) -> int | None:
+        """The group's minimum size, None when it has none."""
+        value = _annotations(await self._get(target.path, str(target))).get(MIN_SIZE_ANNOTATION)
+        if value is None:
+            return None
+        minimum = _size(value)
+        if minimum is None:
+            raise CapiError(
+                f"{target} has {MIN_SIZE_ANNOTATION} {value!r}, not a non-negative integer: its "
+                "minimum size is not known, so it is not scaled down"
+            )
+        return minimum
+
+
+def _scale_body(scale: Mapping[str, Any], target: _Scalable, replicas: int) -> dict[str, Any]:
+    """A Scale setting ``replicas``, valid only while the object is as it was read."""
+    return {
+        "apiVersion": scale.get("apiVersion", "autoscaling/v1"),
+        "kind": "Scale",
+        "metadata": {
+            "name": target.name,
+            "namespace": target.namespace,
+            "resourceVersion": (scale.get("metadata") or {}).get("resourceVersion"),
+        },
+        "spec": {"replicas": replicas},
+    }
+
+
+def _check_room(target: _Scalable, replicas: int, count: int, maximum: int) -> None:
+    if replicas + count > maximum:
+        raise CapiError(
+            f"{target} has {replicas} replicas: {count} more would pass its maximum size "
+            f"{maximum} ({MAX_SIZE_ANNOTATION}); not scaled up"
+        )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(obj.get("metadata")).get("annotations"))
+
+
+def _named(item: Any) -> bool:
+    """An object with the metadata every later step reads (anything else is skipped)."""
+    if not isinstance(item, Mapping):
+        return False
+    metadata = item.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return False
+    return all(isinstance(metadata.get(key), str) for key in ("name", "namespace"))
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj["metadata"]
+    return str(metadata["namespace"]), str(metadata["name"])
+
+
+def _autoscaled(obj: Mapping[str, Any]) -> bool:
+    """cluster-autoscaler manages a group only when it carries both sizes."""
+    annotations = _annotations(obj)
+    return MIN_SIZE_ANNOTATION in annotations and MAX_SIZE_ANNOTATION in annotations
+
+
+def _size(value: Any) -> int | None:
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
+def _sizes(annotations: Mapping[str, Any]) -> tuple[int, int] | str:
+    """The group's (minimum, maximum) size, or what is wrong with them."""
+    minimum = _size(annotations.get(MIN_SIZE_ANNOTATION))
+    if minimum is None:
+        return (
+            f"{MIN_SIZE_ANNOTATION} is {annotations.get(MIN_SIZE_ANNOTATION)!r}, not a "
+            "non-negative integer"
+        )
+    maximum = _size(annotations.get(MAX_SIZE_ANNOTATION))
+    if maximum is None:
+        return (
+            f"{MAX_SIZE_ANNOTATION} is {annotations.get(MAX_SIZE_ANNOTATION)!r}, not a "
+            "non-negative integer"
+        )
+    if minimum > maximum:
+        return f"its minimum size {minimum} is above its maximum size {maximum}"
+    return minimum, maximum
+
+
+def _whole(value: Any, missing: int) -> int | None:
+    """A count from a field (``missing`` when absent), None when it is not one."""
+    if value is None:
+        return missing
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _labels(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(value).items()}
+
+
+def _capacity(annotations: Mapping[str, Any]) -> dict[str, str] | str | None:
+    """What one node offers by cluster-autoscaler's scale-from-zero annotations; None when
+    they do not say (it needs both cpu and memory), or what is wrong with them."""
+    cpu = annotations.get(f"{CAPACITY_PREFIX}cpu")
+    memory = annotations.get(f"{CAPACITY_PREFIX}memory")
+    if cpu is None or memory is None:
+        return None
+    found: dict[str, str] = {}
+    for resource, value in (("cpu", cpu), ("memory", memory)):
+        try:
+            parse_quantity(str(value))
+        except QuantityError:
+            return f"{CAPACITY_PREFIX}{resource} is {value!r}, not a quantity"
+        found[resource] = str(value).strip()
+    gpu_count = annotations.get(f"{CAPACITY_PREFIX}gpu-count")
+    if gpu_count is not None:
+        gpus = _size(gpu_count)
+        if gpus is None:
+            return f"{CAPACITY_PREFIX}gpu-count is {gpu_count!r}, not a non-negative integer"
+        gpu_type = str(annotations.get(f"{CAPACITY_PREFIX}gpu-type") or DEFAULT_GPU_RESOURCE)
+        if gpus:
+            found[gpu_type.strip()] = str(gpus)
+    return found
+
+
+def _nodes_by_set(nodes: Sequence[SlimNode]) -> dict[tuple[str, str], SlimNode]:
+    """A node of each MachineSet, by (namespace, MachineSet): a Ready one where there is one,
+    since its allocatable is the settled one."""
+    found: dict[tuple[str, str], SlimNode] = {}
+    for node in nodes:
+        owner_name = node.annotations.get(OWNER_NAME_ANNOTATION)
+        namespace = node.annotations.get(CLUSTER_NAMESPACE_ANNOTATION)
+        kind = node.annotations.get(OWNER_KIND_ANNOTATION, "MachineSet")
+        if not owner_name or not namespace or kind != "MachineSet" or not node.allocatable:
+            continue
+        key = (namespace, owner_name)
+        if key not in found or (node.ready and not found[key].ready):
+            found[key] = node
+    return found
+
+
+def _epoch(value: Any) -> float | None:
+    """An RFC 3339 time as epoch seconds; None when absent or not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 def _controller(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -295,9 +747,19 @@ def _check_same_node(machine: Mapping[str, Any], request: ShutdownRequest) -> No
 
 
 def _build(args: BuildArgs) -> ClusterApiActuator:
-    return ClusterApiActuator(args.client, args.writer)
+    if args.settings is None:
+        return ClusterApiActuator(args.client, args.writer)
+    return ClusterApiActuator(
+        args.client,
+        args.writer,
+        boot_grace_s=args.settings.lifecycle_boot_grace,
+        cooldown_s=args.settings.lifecycle_backoff,
+    )
 
 
 REGISTRATION = Registration(
-    "cluster-api", "mark the node's Machine for deletion and scale its set down", _build
+    "cluster-api",
+    "mark the node's Machine for deletion and scale its set down; scale a node group up to "
+    "power nodes on",
+    _build,
 )
