@@ -1,6 +1,7 @@
-"""The webhook shutdown actuator against a real HTTP receiver on 127.0.0.1: what it sends (a body
-and headers a receiver can authenticate), how it reads each answer, and how it retries, with an
-injected sleep so that backoff costs no time."""
+"""The webhook actuator against a real HTTP receiver on 127.0.0.1: what it sends to power a node
+off and on (a body and headers a receiver can authenticate), how it reads each answer, and how
+it retries, with an injected sleep so that backoff costs no time; and which powered-off Nodes it
+offers to power on."""
 
 from __future__ import annotations
 
@@ -8,13 +9,24 @@ import asyncio
 import email.utils
 import json
 import socket
+from typing import Any
 
 import pytest
 
+from joulie.api import keys
 from joulie.api.lifecycle import Action, BootGrace, IdleGrace, StateTuple, Window, WorkerState
-from joulie.manager.lifecycle.actuator import ActuatorResult, Outcome, ShutdownRequest
+from joulie.kube.projections import SlimNode, node_projection
+from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS
+from joulie.manager.lifecycle.actuator import (
+    ActuatorResult,
+    Outcome,
+    PowerOnRequest,
+    ShutdownRequest,
+)
 from joulie.manager.lifecycle.actuator_webhook import WebhookActuator, verify_signature
 from joulie.manager.lifecycle.actuators import build_actuator
+from joulie.manager.lifecycle.facts import format_time
+from tests.support.builders import node
 from tests.support.power_receiver import Receiver
 
 pytestmark = pytest.mark.asyncio
@@ -30,6 +42,15 @@ REQUEST = ShutdownRequest(
     tuple=StateTuple(WorkerState.IDLE, Window.OPEN, BootGrace.EXCEEDED, IdleGrace.EXCEEDED),
     reason="idle for 15m, the billing window is open",
     idempotency_key="3f1c2b9e-0000-4000-8000-000000000007/2026-01-01T00:00:00Z",
+)
+POWER_ON = PowerOnRequest(
+    group="worker-7",
+    node="worker-7",
+    count=1,
+    reason="3 pending pods no serving node can take",
+    idempotency_key="3f1c2b9e-0000-4000-8000-000000000007/2026-01-01T00:00:00Z/on",
+    uid="3f1c2b9e-0000-4000-8000-000000000007",
+    provider_id="redfish://bmc-7/Systems/1",
 )
 
 
@@ -58,6 +79,16 @@ async def shutdown(
     )
     try:
         return await webhook.shutdown(REQUEST)
+    finally:
+        await webhook.close()
+
+
+async def power_on(
+    url: str, sleeps: Sleeps | None = None, request: PowerOnRequest = POWER_ON
+) -> ActuatorResult:
+    webhook = actuator(url, sleeps if sleeps is not None else Sleeps())
+    try:
+        return await webhook.power_on(request)
     finally:
         await webhook.close()
 
@@ -242,3 +273,163 @@ async def test_an_endless_answer_is_quoted_from_its_start_and_not_held(receiver:
     assert result.outcome is Outcome.FAILED
     assert "HTTP 403 Forbidden: xxxx" in result.message
     assert receiver.sent < 64 * 1024**2
+
+
+# --- powering on ---------------------------------------------------------------------------
+
+
+async def test_a_power_on_carries_the_node_and_a_verifiable_signature(
+    receiver: Receiver,
+) -> None:
+    receiver.answers(202)
+    result = await power_on(receiver.url)
+    assert result.outcome is Outcome.ACCEPTED
+    assert "power-on of node worker-7" in result.message
+    [sent] = receiver.received
+    assert sent.headers["Content-Type"] == "application/json"
+    # Compact, with no state tuple: a power-on is no matrix decision.
+    assert b", " not in sent.body
+    assert json.loads(sent.body) == {
+        "node": "worker-7",
+        "uid": POWER_ON.uid,
+        "providerID": "redfish://bmc-7/Systems/1",
+        "action": "POWER_ON",
+        "reason": "3 pending pods no serving node can take",
+        "idempotencyKey": POWER_ON.idempotency_key,
+    }
+    assert sent.headers["Idempotency-Key"] == json.loads(sent.body)["idempotencyKey"]
+    stamp = sent.headers["X-Joulie-Timestamp"]
+    assert stamp == str(int(NOW))
+    signature = sent.headers["X-Joulie-Signature"]
+    assert verify_signature(SECRET, stamp, sent.body, signature, now=NOW)
+    # Signed over the body as sent: a receiver cannot be made to power on another machine.
+    tampered = sent.body.replace(b"worker-7", b"worker-8")
+    assert not verify_signature(SECRET, stamp, tampered, signature, now=NOW)
+
+
+async def test_a_busy_receiver_is_asked_again_for_the_same_power_on(receiver: Receiver) -> None:
+    receiver.answers((503, {"Retry-After": "5"}, "BMC busy"), 200)
+    sleeps = Sleeps()
+    result = await power_on(receiver.url, sleeps)
+    assert result.outcome is Outcome.DONE
+    assert result.message.endswith("answered 200: node worker-7 is on")
+    assert sleeps == [5.0]  # Retry-After, longer than the 1 s backoff
+    first, second = receiver.received
+    assert first.body == second.body
+    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
+    assert verify_signature(
+        SECRET,
+        second.headers["X-Joulie-Timestamp"],
+        second.body,
+        second.headers["X-Joulie-Signature"],
+        now=NOW,
+    )
+
+
+async def test_a_refused_power_on_fails_at_once_naming_the_status(receiver: Receiver) -> None:
+    receiver.answers((400, {}, "no BMC for worker-7"))
+    sleeps = Sleeps()
+    result = await power_on(receiver.url, sleeps)
+    assert result.outcome is Outcome.FAILED
+    assert result.message.startswith("power-on webhook ")
+    assert "node worker-7" in result.message
+    assert "HTTP 400 Bad Request: no BMC for worker-7" in result.message
+    assert len(receiver.received) == 1
+    assert sleeps == []
+
+
+async def test_a_power_on_that_never_gets_through_fails_with_the_wait_asked_for(
+    receiver: Receiver,
+) -> None:
+    receiver.answers((429, {"Retry-After": "9"}, ""))
+    sleeps = Sleeps()
+    result = await power_on(receiver.url, sleeps)
+    assert result.outcome is Outcome.FAILED
+    assert "power-on webhook" in result.message
+    assert "4 attempts" in result.message
+    assert result.retry_after_s == 9.0  # the node's cool-down honours it
+    assert sleeps == [9.0, 9.0, 9.0]
+
+
+async def test_a_group_without_a_node_is_not_sent(receiver: Receiver) -> None:
+    receiver.answers(200)
+    group = PowerOnRequest("pool-a", "", 3, "pods wait", "pool-a/2026-01-01T00:00:00Z")
+    result = await power_on(receiver.url, request=group)
+    assert result.outcome is Outcome.FAILED
+    assert "3 nodes of pool-a" in result.message
+    assert receiver.received == []
+
+
+SHAPE = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+GPU_SHAPE = {**SHAPE, "nvidia.com/gpu": "4"}
+
+
+def slim(
+    name: str,
+    *,
+    ready: bool = False,
+    allocatable: dict[str, str] = SHAPE,
+    **annotations: str,
+) -> SlimNode:
+    """A Node as the manager's cache keeps it: ``annotations`` by keyword (phase, since,
+    retry_after) under the lifecycle's keys."""
+    named = {
+        "phase": keys.LIFECYCLE_PHASE_ANNOTATION,
+        "since": keys.LIFECYCLE_SINCE_ANNOTATION,
+        "retry_after": keys.LIFECYCLE_RETRY_AFTER_ANNOTATION,
+    }
+    raw: dict[str, Any] = node(
+        name,
+        labels={"kubernetes.io/hostname": name},
+        annotations={named[k]: v for k, v in annotations.items()},
+        allocatable=allocatable,
+    )
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return node_projection(annotation_keys=LIFECYCLE_NODE_ANNOTATIONS)(raw)
+
+
+async def test_bootable_offers_the_powered_off_nodes_by_shape() -> None:
+    since = format_time(NOW - 3600)
+    later = format_time(NOW + 600)
+    nodes = [
+        slim("worker-1", phase="off", since=since),
+        slim("worker-2", phase="off", since=since),
+        slim("worker-3", phase="off", since=since, retry_after=later),  # cooling down
+        slim("worker-4", phase="off", since=since, allocatable=GPU_SHAPE),
+        slim("worker-5", phase="booting", since=since),
+        slim("worker-6", ready=True),  # serving
+        slim("worker-7", ready=True, phase="off", since=since),  # powered on by someone
+        slim("worker-8"),  # NotReady, but not powered off by the lifecycle
+    ]
+    webhook = actuator("http://127.0.0.1:9/power", Sleeps())  # never contacted
+    try:
+        offers = {o.group: o for o in await webhook.bootable(nodes, NOW)}
+        assert set(offers) == {"worker-1", "worker-4"}
+        cpu = offers["worker-1"]
+        assert cpu.nodes == ("worker-1", "worker-2")
+        assert (cpu.can_boot, cpu.booting) == (2, 1)
+        assert cpu.allocatable["cpu"] == "32"
+        gpu = offers["worker-4"]
+        assert gpu.nodes == ("worker-4",)
+        assert (gpu.can_boot, gpu.booting) == (1, 0)
+        assert gpu.allocatable["nvidia.com/gpu"] == "4"
+        # Its cool-down over, the node that did not register is offered again.
+        offers = {o.group: o for o in await webhook.bootable(nodes, NOW + 601)}
+        assert offers["worker-1"].nodes == ("worker-1", "worker-2", "worker-3")
+    finally:
+        await webhook.close()
+
+
+async def test_bootable_reports_a_shape_whose_nodes_all_cool_down() -> None:
+    until = NOW + 600
+    nodes = [
+        slim("worker-1", phase="off", retry_after=format_time(until)),
+        slim("worker-2", phase="booting"),
+    ]
+    webhook = actuator("http://127.0.0.1:9/power", Sleeps())
+    try:
+        [offer] = await webhook.bootable(nodes, NOW)
+        assert (offer.can_boot, offer.booting, offer.nodes) == (0, 1, ())
+        assert offer.cooling_until == pytest.approx(until, abs=1)
+    finally:
+        await webhook.close()

@@ -1,9 +1,12 @@
-"""Powering off a node by asking an HTTP service to do it (IPMI, Redfish, a cloud API, a script).
+"""Powering a node off, and on again, by asking an HTTP service to do it (IPMI, Redfish, a cloud
+API, a script).
 
 The wire format, for whoever writes the receiving end
 -----------------------------------------------------
 
-One ``POST`` to the configured URL per attempt, with a JSON body::
+One ``POST`` to the configured URL per attempt, power-offs and power-ons alike: a receiver
+switches on ``action``. ``START_SHUTDOWN`` and ``START_DRAIN`` power the node off, with this
+JSON body::
 
     {"node": "worker-7",                 # the Node's name
      "uid": "5f0c...",                   # the Node's metadata.uid
@@ -13,6 +16,15 @@ One ``POST`` to the configured URL per attempt, with a JSON body::
                                          # worker state, billing window, boot grace, idle grace
      "reason": "...",                    # why, in words, for the receiver's log
      "idempotencyKey": "..."}            # equal across every retry of one shutdown attempt
+
+``POWER_ON`` powers on a node this actuator powered off (it stayed registered, NotReady)::
+
+    {"node": "worker-7",
+     "uid": "5f0c...",
+     "providerID": "aws:///eu-1a/i-0ab",
+     "action": "POWER_ON",
+     "reason": "...",                    # what waits for it, in words (how many pending pods)
+     "idempotencyKey": "..."}            # equal across every retry and restart of one boot
 
 and these headers:
 
@@ -27,18 +39,24 @@ and these headers:
 
 Each attempt is signed afresh (a new timestamp); the body, and so the idempotency key, stays the
 same. A receiver must treat a second request with a key it has seen as the first one: a request
-that timed out here may well have arrived there.
+that timed out here may well have arrived there. A power-on's key names the boot (the Node's
+uid and when it went off), so a restarted manager asking for the same boot sends the same key;
+a boot that failed or did not register is asked for later under a new one.
 
 How the answer is read:
 
-- ``200`` or ``204``: the node is off (DONE).
-- ``202``: the request was taken and the node will be powered off (ACCEPTED); the controller
-  then waits for the Node to go away or NotReady, and if it has not after its shutdown timeout,
-  asks again as a new attempt (a new key: the first one evidently did not take).
+- ``200`` or ``204``: the node is off, or on (DONE).
+- ``202``: the request was taken and the node will be powered off, or on (ACCEPTED). After a
+  power-off's 202 the controller waits for the Node to go away or NotReady, and if it has not
+  after its shutdown timeout, asks again as a new attempt (a new key: the first one evidently
+  did not take). After a power-on's 200, 204 or 202 it waits for the Node to become Ready; one
+  not Ready within ``LIFECYCLE_BOOT_GRACE`` is off again, and is asked for after
+  ``LIFECYCLE_BACKOFF`` under a new key.
 - ``408``, ``429``, ``5xx``, a refused connection or a timeout: tried again after an exponential
   backoff (``base_delay_s``, doubling, at most ``max_delay_s``), or after ``Retry-After`` (delta
   seconds or an HTTP date) when that is longer, also at most ``max_delay_s``; after
-  ``max_attempts`` attempts the shutdown has FAILED, carrying the last ``Retry-After``.
+  ``max_attempts`` attempts the request has FAILED, carrying the last ``Retry-After`` (which the
+  node's backoff honours).
 - anything else (another 4xx, a redirect): FAILED at once, naming the status and the start of
   the answer's body. Redirects are not followed.
 """
@@ -51,7 +69,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -62,13 +80,17 @@ import structlog
 from joulie.kube.client import user_agent
 from joulie.manager.lifecycle.actuator import (
     ActuatorResult,
+    BootOffer,
     BuildArgs,
     Outcome,
+    PowerOnRequest,
     Registration,
     ShutdownRequest,
 )
+from joulie.manager.lifecycle.facts import offers_by_shape, registered_off_nodes
 
 if TYPE_CHECKING:
+    from joulie.kube.projections import SlimNode
     from joulie.manager.lifecycle.settings import LifecycleSettings
     from joulie.settings import Problem
 
@@ -78,6 +100,8 @@ TIMESTAMP_HEADER: Final = "X-Joulie-Timestamp"
 SIGNATURE_HEADER: Final = "X-Joulie-Signature"
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 SIGNATURE_PREFIX: Final = "sha256="
+POWER_ON: Final = "POWER_ON"
+"""The ``action`` of a power-on (a power-off's is the matrix's, START_SHUTDOWN or START_DRAIN)."""
 
 _RETRIED: Final = frozenset({408, 429})
 _BODY_SHOWN: Final = 200
@@ -116,15 +140,34 @@ def verify_signature(
 
 def request_body(request: ShutdownRequest) -> bytes:
     """The JSON body sent for ``request`` (the same bytes on every attempt)."""
-    document = {
-        "node": request.node,
-        "uid": request.uid,
-        "providerID": request.provider_id,
-        "action": request.action.value,
-        "tuple": request.tuple.as_list(),
-        "reason": request.reason,
-        "idempotencyKey": request.idempotency_key,
-    }
+    return _compact(
+        {
+            "node": request.node,
+            "uid": request.uid,
+            "providerID": request.provider_id,
+            "action": request.action.value,
+            "tuple": request.tuple.as_list(),
+            "reason": request.reason,
+            "idempotencyKey": request.idempotency_key,
+        }
+    )
+
+
+def power_on_body(request: PowerOnRequest) -> bytes:
+    """The JSON body sent to power ``request.node`` on (the same bytes on every attempt)."""
+    return _compact(
+        {
+            "node": request.node,
+            "uid": request.uid,
+            "providerID": request.provider_id,
+            "action": POWER_ON,
+            "reason": request.reason,
+            "idempotencyKey": request.idempotency_key,
+        }
+    )
+
+
+def _compact(document: dict[str, object]) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
@@ -189,7 +232,33 @@ class WebhookActuator:
         )
 
     async def shutdown(self, request: ShutdownRequest) -> ActuatorResult:
-        body = request_body(request)
+        return await self._send(
+            "shutdown", request.node, request_body(request), request.idempotency_key, "off"
+        )
+
+    async def bootable(self, nodes: Sequence[SlimNode], now: float) -> list[BootOffer]:
+        """The nodes this actuator powered off: they stay registered, NotReady, marked off, so
+        the Nodes themselves say what can be powered on and what is booting."""
+        return offers_by_shape(*registered_off_nodes(nodes), now)
+
+    async def power_on(self, request: PowerOnRequest) -> ActuatorResult:
+        if not request.node:
+            # A receiver is told which machine to power on; a group's "any N" means nothing to
+            # it (and bootable() never offers one).
+            message = (
+                f"power-on webhook {self._where}: asked for {request.count} nodes of "
+                f"{request.group}, but only a node named in the request can be powered on"
+            )
+            log.warning("power-on webhook failed", group=request.group, error=message)
+            return ActuatorResult(Outcome.FAILED, message)
+        return await self._send(
+            "power-on", request.node, power_on_body(request), request.idempotency_key, "on"
+        )
+
+    async def _send(self, what: str, node: str, body: bytes, key: str, done: str) -> ActuatorResult:
+        """POST ``body`` until an answer settles it (signed afresh each attempt, retried as the
+        wire format says). ``what`` names the request and ``done`` the node's state after a 200
+        or 204, in messages."""
         last_problem = ""
         retry_after: float | None = None  # what the last answer asked for, before the next try
         last_retry_after: float | None = None
@@ -204,12 +273,12 @@ class WebhookActuator:
                 "Content-Type": "application/json",
                 TIMESTAMP_HEADER: str(stamp),
                 SIGNATURE_HEADER: sign(self._secret, stamp, body),
-                IDEMPOTENCY_HEADER: request.idempotency_key,
+                IDEMPOTENCY_HEADER: key,
             }
             retry_after = None
             try:
                 # One deadline for the whole attempt: httpx's timeout is per read, and a
-                # receiver dripping a byte at a time held shutdown() past 45 s with 3 s.
+                # receiver dripping a byte at a time held a shutdown past 45 s with 3 s.
                 async with asyncio.timeout(self._timeout_s):
                     answer = await self._post(body, headers)
             except (httpx.TransportError, TimeoutError) as exc:
@@ -220,23 +289,19 @@ class WebhookActuator:
                         f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                     )
                 log.info(
-                    "shutdown webhook unreachable",
-                    node=request.node,
-                    attempt=attempt,
-                    error=last_problem,
+                    f"{what} webhook unreachable", node=node, attempt=attempt, error=last_problem
                 )
                 continue
             except httpx.HTTPError as exc:
-                return self._failed(request, f"the request could not be made: {exc}", None)
+                return self._failed(what, node, f"the request could not be made: {exc}", None)
             status = answer.status
             if status in (200, 204):
                 return ActuatorResult(
-                    Outcome.DONE, f"{self._where} answered {status}: node {request.node} is off"
+                    Outcome.DONE, f"{self._where} answered {status}: node {node} is {done}"
                 )
             if status == 202:
                 return ActuatorResult(
-                    Outcome.ACCEPTED,
-                    f"{self._where} accepted the shutdown of node {request.node}",
+                    Outcome.ACCEPTED, f"{self._where} accepted the {what} of node {node}"
                 )
             described = answer.describe()
             if status in _RETRIED or status >= 500:
@@ -245,16 +310,17 @@ class WebhookActuator:
                     last_retry_after = retry_after
                 last_problem = described
                 log.info(
-                    "shutdown webhook asks to retry",
-                    node=request.node,
+                    f"{what} webhook asks to retry",
+                    node=node,
                     attempt=attempt,
                     status=status,
                     retry_after_s=retry_after,
                 )
                 continue
-            return self._failed(request, f"refused: {described}", None)
+            return self._failed(what, node, f"refused: {described}", None)
         return self._failed(
-            request,
+            what,
+            node,
             f"gave up after {self._max_attempts} attempts; the last: {last_problem}",
             last_retry_after,
         )
@@ -278,10 +344,10 @@ class WebhookActuator:
             )
 
     def _failed(
-        self, request: ShutdownRequest, problem: str, retry_after: float | None
+        self, what: str, node: str, problem: str, retry_after: float | None
     ) -> ActuatorResult:
-        message = f"shutdown webhook {self._where} for node {request.node}: {problem}"
-        log.warning("shutdown webhook failed", node=request.node, error=message)
+        message = f"{what} webhook {self._where} for node {node}: {problem}"
+        log.warning(f"{what} webhook failed", node=node, error=message)
         return ActuatorResult(Outcome.FAILED, message, retry_after)
 
     async def close(self) -> None:
@@ -307,7 +373,7 @@ class _Answer:
 def _build(args: BuildArgs) -> WebhookActuator:
     settings = args.settings
     if settings is None or not settings.lifecycle_webhook_url:
-        raise ValueError("the webhook actuator needs a URL to POST shutdowns to")
+        raise ValueError("the webhook actuator needs a URL to POST shutdowns and power-ons to")
     secret = b""
     if settings.lifecycle_webhook_secret_file:
         secret = Path(settings.lifecycle_webhook_secret_file).read_bytes().strip()
