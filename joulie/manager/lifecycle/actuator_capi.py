@@ -20,19 +20,18 @@ was cancelled while the request ran on) does the mark stay, because the set may 
 The Machine's controlling owner must be a MachineSet: control-plane Machines (owned by a
 KubeadmControlPlane) and Machines without an owner are refused, never scaled.
 
-Powering on: the node groups are those cluster-autoscaler would manage, MachineDeployments (and
-MachineSets no MachineDeployment owns) carrying both its min-size and max-size annotations; one
-without both is someone else's to size, and is never offered. A group grows through its /scale
-subresource, never past its maximum, like cluster-autoscaler's own scale-up; its controller then
-makes the Machines and their nodes. What one node of a group offers comes from
-cluster-autoscaler's scale-from-zero capacity annotations, or else from a node of the group.
+Powering on: the MachineDeployments and MachineSets are listed afresh each pass and read as
+cluster-autoscaler reads them (which are node groups, what a node of one offers, its boots in
+flight and whether it cools down) by :mod:`joulie.manager.lifecycle.capi_groups`. A group grows
+through its /scale subresource, never past its maximum, like cluster-autoscaler's own scale-up;
+its controller then makes the Machines and their nodes; one without both of cluster-autoscaler's
+size annotations is refused.
 
-Restarts: nothing of a boot is kept in memory. Its nodes in flight are the group's replicas less
-its ready replicas, and the group is stamped with ``joulie.io/boot-requested-at`` before it
-grows; both live on the object, so a restarted manager (or the next pass after a scale request
-whose answer was lost) reads the boots in flight and never grows the group twice for them. A
-boot still in flight past the boot grace cools the group down, as cluster-autoscaler backs off a
-group whose nodes did not register within its max-node-provision-time.
+Restarts: nothing of a boot is kept in memory. The group is stamped with
+``joulie.io/boot-requested-at`` before it grows, and its nodes in flight are its replicas less
+its ready replicas; both live on the object, so a restarted manager (or the next pass after a
+scale request whose answer was lost) reads the boots in flight and never grows the group twice
+for them.
 """
 
 from __future__ import annotations
@@ -40,14 +39,12 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 import structlog
 
-from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.kube.client import MERGE_PATCH, ApiError, KubeClient
 from joulie.kube.writes import Writer
 from joulie.manager.lifecycle.actuator import (
@@ -59,34 +56,34 @@ from joulie.manager.lifecycle.actuator import (
     Registration,
     ShutdownRequest,
 )
+from joulie.manager.lifecycle.capi_groups import (
+    BOOT_REQUESTED_ANNOTATION,
+    CAPI_GROUP,
+    CLUSTER_NAMESPACE_ANNOTATION,
+    MAX_SIZE_ANNOTATION,
+    MIN_SIZE_ANNOTATION,
+    Scalable,
+    annotations_of,
+    as_mapping,
+    boot_offer,
+    controller,
+    group_sizes,
+    named,
+    node_groups,
+    nodes_by_set,
+    size,
+    whole,
+)
 
 if TYPE_CHECKING:
     from joulie.kube.projections import SlimNode
 
 log = structlog.get_logger("joulie.manager")
 
-CAPI_GROUP: Final = "cluster.x-k8s.io"
 MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/machine"
 """Node annotation Cluster API sets: the name of the node's Machine."""
-CLUSTER_NAMESPACE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-namespace"
-"""Node annotation Cluster API sets: the namespace of that Machine."""
 DELETE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/delete-machine"
 """Machine annotation: remove this Machine first when its set shrinks."""
-OWNER_NAME_ANNOTATION: Final = "cluster.x-k8s.io/owner-name"
-"""Node annotation Cluster API sets: the name of its Machine's owner (a MachineSet)."""
-OWNER_KIND_ANNOTATION: Final = "cluster.x-k8s.io/owner-kind"
-"""Node annotation Cluster API sets: the kind of that owner."""
-MIN_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-"""Group annotation cluster-autoscaler reads: the fewest replicas it scales the group down to."""
-MAX_SIZE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-"""Group annotation cluster-autoscaler reads: the most replicas it scales the group up to."""
-CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
-"""Group annotations cluster-autoscaler reads to scale a group up from zero: what one of its
-nodes offers (``cpu``, ``memory``, ``gpu-count`` of ``gpu-type``)."""
-DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
-"""The GPU resource cluster-autoscaler assumes when ``gpu-type`` is not set."""
-BOOT_REQUESTED_ANNOTATION: Final = "joulie.io/boot-requested-at"
-"""Group annotation Joulie sets before it grows the group: when the last boot was asked for."""
 
 _CONFLICT_RETRIES: Final = 5
 _LIST_PAGE: Final = 500
@@ -109,19 +106,6 @@ _TRANSPORT: Final = (aiohttp.ClientError, TimeoutError, OSError)
 """What a request to the API server raises when no answer came."""
 
 
-@dataclass(frozen=True)
-class _Scalable:
-    """The MachineDeployment or MachineSet whose replicas are counted down or up."""
-
-    kind: str
-    namespace: str
-    name: str
-    path: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
 class _Warnings:
     """Warnings logged when their cause appears, not again at every pass while it lasts: what
     is remembered is only what the last pass found, so it stays as small as the causes."""
@@ -138,15 +122,6 @@ class _Warnings:
         self._now.add(key)
         if key not in self._last:
             log.warning(event, **fields)
-
-
-@dataclass(frozen=True)
-class _Group:
-    """A node group as cluster-autoscaler sees it, and the MachineSets that make its nodes."""
-
-    scalable: _Scalable
-    obj: Mapping[str, Any]
-    sets: frozenset[str]
 
 
 class ClusterApiActuator:
@@ -240,9 +215,18 @@ class ClusterApiActuator:
         except CapiError as exc:
             self._warnings.warn("cluster api node groups cannot be read", error=str(exc))
             return []
-        groups = self._groups(deployments, sets)
-        examples = _nodes_by_set(nodes)
-        return [self._offer(group, examples, now) for group in groups]
+        groups = node_groups(self._base, deployments, sets)
+        examples = nodes_by_set(nodes)
+        return [
+            boot_offer(
+                group,
+                examples,
+                now,
+                boot_grace_s=self._boot_grace_s,
+                cooldown_s=self._cooldown_s,
+            )
+            for group in groups
+        ]
 
     async def power_on(self, request: PowerOnRequest) -> ActuatorResult:
         try:
@@ -259,18 +243,18 @@ class ClusterApiActuator:
         if request.count < 1:
             raise CapiError(f"{target}: asked to power on {request.count} nodes, none scaled up")
         group = await self._get(target.path, str(target))
-        annotations = _annotations(group)
+        annotations = annotations_of(group)
         if MIN_SIZE_ANNOTATION not in annotations or MAX_SIZE_ANNOTATION not in annotations:
             raise CapiError(
                 f"{target} lacks {MIN_SIZE_ANNOTATION} or {MAX_SIZE_ANNOTATION}: it is not a "
                 "node group cluster-autoscaler manages, and Joulie does not size it"
             )
-        sizes = _sizes(annotations)
+        sizes = group_sizes(annotations)
         if isinstance(sizes, str):
             raise CapiError(f"{target}: {sizes}")
         maximum = sizes[1]
         # Refused before the stamp, so a refusal leaves no trace of a boot that never began.
-        replicas = _whole(_mapping(group.get("spec")).get("replicas"), 0)
+        replicas = whole(as_mapping(group.get("spec")).get("replicas"), 0)
         if replicas is not None:
             _check_room(target, replicas, request.count, maximum)
         await self._stamp(target)
@@ -283,7 +267,7 @@ class ClusterApiActuator:
         )
         return ActuatorResult(Outcome.ACCEPTED, f"{target} scaled up from {before} to {after}")
 
-    def _parse_group(self, group: str) -> _Scalable:
+    def _parse_group(self, group: str) -> Scalable:
         """The group an offer named (``MachineDeployment ns/name``); its parts become a path,
         so each must be a name the API server could have given."""
         kind, _, rest = group.partition(" ")
@@ -294,11 +278,11 @@ class ClusterApiActuator:
                 f"{group!r} is not a Cluster API node group (MachineDeployment ns/name or "
                 "MachineSet ns/name)"
             )
-        return _Scalable(
+        return Scalable(
             kind, namespace, name, f"{self._base}/namespaces/{namespace}/{plural}/{name}"
         )
 
-    async def _stamp(self, target: _Scalable) -> None:
+    async def _stamp(self, target: Scalable) -> None:
         patch = {"metadata": {"annotations": {BOOT_REQUESTED_ANNOTATION: self._now()}}}
         try:
             await self._writer.send("PATCH", target.path, body=patch, content_type=MERGE_PATCH)
@@ -313,14 +297,14 @@ class ClusterApiActuator:
                 f"({type(exc).__name__}: {exc}); it was not scaled up"
             ) from exc
 
-    async def _count_up(self, target: _Scalable, count: int, maximum: int) -> tuple[int, int]:
+    async def _count_up(self, target: Scalable, count: int, maximum: int) -> tuple[int, int]:
         """``count`` replicas more through the /scale subresource, never past ``maximum``,
         guarded by the resourceVersion read like :meth:`_count_down`; the counts before and
         after."""
         scale_path = f"{target.path}/scale"
         for _ in range(_CONFLICT_RETRIES):
             scale = await self._get(scale_path, f"the scale of {target}")
-            replicas = _whole(_mapping(scale.get("spec")).get("replicas"), 0)
+            replicas = whole(as_mapping(scale.get("spec")).get("replicas"), 0)
             if replicas is None:
                 raise CapiError(f"{target} has replicas that are not a count: not scaled up")
             _check_room(target, replicas, count, maximum)
@@ -361,7 +345,7 @@ class ClusterApiActuator:
             if not isinstance(found, list):
                 raise CapiError(f"listing {plural} answered something other than a list")
             for item in found:
-                if _named(item):
+                if named(item):
                     items.append(item)
                 else:
                     self._warnings.warn("a malformed Cluster API object is ignored", kind=plural)
@@ -374,79 +358,6 @@ class ClusterApiActuator:
                 )
                 return items
             params = {"limit": _LIST_PAGE, "continue": token}
-
-    def _groups(
-        self, deployments: Iterable[Mapping[str, Any]], sets: Iterable[Mapping[str, Any]]
-    ) -> list[_Group]:
-        """The groups cluster-autoscaler manages: a MachineSet a MachineDeployment owns is part
-        of that deployment's group, never one of its own."""
-        owned: dict[tuple[str, str], set[str]] = {}
-        groups: list[_Group] = []
-        for machine_set in sets:
-            namespace, name = _identity(machine_set)
-            deployment = _controller(machine_set, "MachineDeployment")
-            if deployment is not None:
-                owned.setdefault((namespace, deployment), set()).add(name)
-            elif _autoscaled(machine_set):
-                path = f"{self._base}/namespaces/{namespace}/machinesets/{name}"
-                scalable = _Scalable("MachineSet", namespace, name, path)
-                groups.append(_Group(scalable, machine_set, frozenset({name})))
-        for deployment_obj in deployments:
-            if not _autoscaled(deployment_obj):
-                continue
-            namespace, name = _identity(deployment_obj)
-            path = f"{self._base}/namespaces/{namespace}/machinedeployments/{name}"
-            scalable = _Scalable("MachineDeployment", namespace, name, path)
-            sets_of = frozenset(owned.get((namespace, name), ()))
-            groups.append(_Group(scalable, deployment_obj, sets_of))
-        return sorted(groups, key=lambda g: str(g.scalable))
-
-    def _offer(
-        self,
-        group: _Group,
-        examples: Mapping[tuple[str, str], SlimNode],
-        now: float,
-    ) -> BootOffer:
-        name = str(group.scalable)
-        annotations = _annotations(group.obj)
-        spec = _mapping(group.obj.get("spec"))
-        replicas = _whole(spec.get("replicas"), 0)
-        if replicas is None:
-            return BootOffer(name, {}, 0, problem="its spec.replicas is not a count")
-        ready = _whole(_mapping(group.obj.get("status")).get("readyReplicas"), 0) or 0
-        booting = max(0, replicas - ready)
-        labels = _labels(_mapping(_mapping(spec.get("template")).get("metadata")).get("labels"))
-        sizes = _sizes(annotations)
-        if isinstance(sizes, str):
-            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=sizes)
-        allocatable = _capacity(annotations)
-        if allocatable is None:
-            for machine_set in sorted(group.sets):
-                example = examples.get((group.scalable.namespace, machine_set))
-                if example is not None:
-                    allocatable = dict(example.allocatable)
-                    break
-        if isinstance(allocatable, str):
-            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=allocatable)
-        if not allocatable:
-            problem = (
-                f"cannot tell what a node of it offers: set {CAPACITY_PREFIX}cpu and /memory on it"
-            )
-            return BootOffer(name, {}, 0, booting=booting, labels=labels, problem=problem)
-        cooling_until = None
-        requested = _epoch(annotations.get(BOOT_REQUESTED_ANNOTATION))
-        if requested is not None and booting > 0 and now - requested > self._boot_grace_s:
-            # Its boot did not register within the grace: cluster-autoscaler backs such a
-            # group off (max-node-provision-time), and so does Joulie.
-            cooling_until = requested + self._boot_grace_s + self._cooldown_s
-        return BootOffer(
-            name,
-            allocatable,
-            max(0, sizes[1] - replicas),
-            booting=booting,
-            labels=labels,
-            cooling_until=cooling_until,
-        )
 
     async def close(self) -> None:
         """Nothing to release: the client and writer belong to the caller."""
@@ -466,10 +377,10 @@ class ClusterApiActuator:
             raise CapiError(f"reading {what} failed: {type(exc).__name__}: {exc}") from exc
         return found if isinstance(found, dict) else {}
 
-    async def _scalable(self, machine: Mapping[str, Any], namespace: str) -> _Scalable:
+    async def _scalable(self, machine: Mapping[str, Any], namespace: str) -> Scalable:
         """The object whose replicas to count down, found before anything is written."""
         machine_name = (machine.get("metadata") or {}).get("name", "")
-        owner = _controller(machine, "MachineSet")
+        owner = controller(machine, "MachineSet")
         if owner is None:
             raise CapiError(
                 f"Machine {namespace}/{machine_name} is not controlled by a MachineSet (a "
@@ -477,15 +388,15 @@ class ClusterApiActuator:
             )
         set_path = f"{self._base}/namespaces/{namespace}/machinesets/{owner}"
         machine_set = await self._get(set_path, f"MachineSet {namespace}/{owner}")
-        deployment = _controller(machine_set, "MachineDeployment")
+        deployment = controller(machine_set, "MachineDeployment")
         if deployment is not None:
-            return _Scalable(
+            return Scalable(
                 "MachineDeployment",
                 namespace,
                 deployment,
                 f"{self._base}/namespaces/{namespace}/machinedeployments/{deployment}",
             )
-        return _Scalable("MachineSet", namespace, owner, set_path)
+        return Scalable("MachineSet", namespace, owner, set_path)
 
     async def _mark(self, path: str, value: str, node: str) -> None:
         patch = {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}}
@@ -511,7 +422,7 @@ class ClusterApiActuator:
                 error=str(exc),
             )
 
-    async def _count_down(self, target: _Scalable) -> int:
+    async def _count_down(self, target: Scalable) -> int:
         """One replica fewer through the /scale subresource, guarded by the resourceVersion
         read (a concurrent change is read again, not overwritten); the new count."""
         scale_path = f"{target.path}/scale"
@@ -547,12 +458,12 @@ class ClusterApiActuator:
             return replicas - 1
         raise CapiError(f"scaling {target} down kept conflicting with other writers")
 
-    async def _minimum(self, target: _Scalable) -> int | None:
+    async def _minimum(self, target: Scalable) -> int | None:
         """The group's minimum size, None when it has none."""
-        value = _annotations(await self._get(target.path, str(target))).get(MIN_SIZE_ANNOTATION)
+        value = annotations_of(await self._get(target.path, str(target))).get(MIN_SIZE_ANNOTATION)
         if value is None:
             return None
-        minimum = _size(value)
+        minimum = size(value)
         if minimum is None:
             raise CapiError(
                 f"{target} has {MIN_SIZE_ANNOTATION} {value!r}, not a non-negative integer: its "
@@ -561,7 +472,7 @@ class ClusterApiActuator:
         return minimum
 
 
-def _scale_body(scale: Mapping[str, Any], target: _Scalable, replicas: int) -> dict[str, Any]:
+def _scale_body(scale: Mapping[str, Any], target: Scalable, replicas: int) -> dict[str, Any]:
     """A Scale setting ``replicas``, valid only while the object is as it was read."""
     return {
         "apiVersion": scale.get("apiVersion", "autoscaling/v1"),
@@ -575,144 +486,12 @@ def _scale_body(scale: Mapping[str, Any], target: _Scalable, replicas: int) -> d
     }
 
 
-def _check_room(target: _Scalable, replicas: int, count: int, maximum: int) -> None:
+def _check_room(target: Scalable, replicas: int, count: int, maximum: int) -> None:
     if replicas + count > maximum:
         raise CapiError(
             f"{target} has {replicas} replicas: {count} more would pass its maximum size "
             f"{maximum} ({MAX_SIZE_ANNOTATION}); not scaled up"
         )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(obj.get("metadata")).get("annotations"))
-
-
-def _named(item: Any) -> bool:
-    """An object with the metadata every later step reads (anything else is skipped)."""
-    if not isinstance(item, Mapping):
-        return False
-    metadata = item.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return False
-    return all(isinstance(metadata.get(key), str) for key in ("name", "namespace"))
-
-
-def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
-    metadata = obj["metadata"]
-    return str(metadata["namespace"]), str(metadata["name"])
-
-
-def _autoscaled(obj: Mapping[str, Any]) -> bool:
-    """cluster-autoscaler manages a group only when it carries both sizes."""
-    annotations = _annotations(obj)
-    return MIN_SIZE_ANNOTATION in annotations and MAX_SIZE_ANNOTATION in annotations
-
-
-def _size(value: Any) -> int | None:
-    text = value.strip() if isinstance(value, str) else ""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
-
-
-def _sizes(annotations: Mapping[str, Any]) -> tuple[int, int] | str:
-    """The group's (minimum, maximum) size, or what is wrong with them."""
-    minimum = _size(annotations.get(MIN_SIZE_ANNOTATION))
-    if minimum is None:
-        return (
-            f"{MIN_SIZE_ANNOTATION} is {annotations.get(MIN_SIZE_ANNOTATION)!r}, not a "
-            "non-negative integer"
-        )
-    maximum = _size(annotations.get(MAX_SIZE_ANNOTATION))
-    if maximum is None:
-        return (
-            f"{MAX_SIZE_ANNOTATION} is {annotations.get(MAX_SIZE_ANNOTATION)!r}, not a "
-            "non-negative integer"
-        )
-    if minimum > maximum:
-        return f"its minimum size {minimum} is above its maximum size {maximum}"
-    return minimum, maximum
-
-
-def _whole(value: Any, missing: int) -> int | None:
-    """A count from a field (``missing`` when absent), None when it is not one."""
-    if value is None:
-        return missing
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def _labels(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _mapping(value).items()}
-
-
-def _capacity(annotations: Mapping[str, Any]) -> dict[str, str] | str | None:
-    """What one node offers by cluster-autoscaler's scale-from-zero annotations; None when
-    they do not say (it needs both cpu and memory), or what is wrong with them."""
-    cpu = annotations.get(f"{CAPACITY_PREFIX}cpu")
-    memory = annotations.get(f"{CAPACITY_PREFIX}memory")
-    if cpu is None or memory is None:
-        return None
-    found: dict[str, str] = {}
-    for resource, value in (("cpu", cpu), ("memory", memory)):
-        try:
-            parse_quantity(str(value))
-        except QuantityError:
-            return f"{CAPACITY_PREFIX}{resource} is {value!r}, not a quantity"
-        found[resource] = str(value).strip()
-    gpu_count = annotations.get(f"{CAPACITY_PREFIX}gpu-count")
-    if gpu_count is not None:
-        gpus = _size(gpu_count)
-        if gpus is None:
-            return f"{CAPACITY_PREFIX}gpu-count is {gpu_count!r}, not a non-negative integer"
-        gpu_type = str(annotations.get(f"{CAPACITY_PREFIX}gpu-type") or DEFAULT_GPU_RESOURCE)
-        if gpus:
-            found[gpu_type.strip()] = str(gpus)
-    return found
-
-
-def _nodes_by_set(nodes: Sequence[SlimNode]) -> dict[tuple[str, str], SlimNode]:
-    """A node of each MachineSet, by (namespace, MachineSet): a Ready one where there is one,
-    since its allocatable is the settled one."""
-    found: dict[tuple[str, str], SlimNode] = {}
-    for node in nodes:
-        owner_name = node.annotations.get(OWNER_NAME_ANNOTATION)
-        namespace = node.annotations.get(CLUSTER_NAMESPACE_ANNOTATION)
-        kind = node.annotations.get(OWNER_KIND_ANNOTATION, "MachineSet")
-        if not owner_name or not namespace or kind != "MachineSet" or not node.allocatable:
-            continue
-        key = (namespace, owner_name)
-        if key not in found or (node.ready and not found[key].ready):
-            found[key] = node
-    return found
-
-
-def _epoch(value: Any) -> float | None:
-    """An RFC 3339 time as epoch seconds; None when absent or not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
-
-
-def _controller(obj: Mapping[str, Any], kind: str) -> str | None:
-    """The name of ``obj``'s controlling owner when it is a Cluster API ``kind``."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if not ref.get("controller"):
-            continue
-        group = str(ref.get("apiVersion", "")).split("/")[0]
-        if ref.get("kind") == kind and group == CAPI_GROUP and ref.get("name"):
-            return str(ref["name"])
-        return None
-    return None
 
 
 def _check_same_node(machine: Mapping[str, Any], request: ShutdownRequest) -> None:
