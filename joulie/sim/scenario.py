@@ -78,6 +78,7 @@ _LIFECYCLE_CONFIG_PARAMS = {
 _LIFECYCLE_LIMIT_PARAMS = {
     "lifecycle_min_nodes": ("min_nodes", int),
     "lifecycle_max_concurrent_drains": ("max_concurrent_drains", int),
+    "lifecycle_max_concurrent_boots": ("max_concurrent_boots", int),
     "lifecycle_budget_pct": ("budget_pct", float),
 }
 _LIFECYCLE_PARAMS = {

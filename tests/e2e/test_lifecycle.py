@@ -4,6 +4,9 @@ the KWOK actuator's grant), dry-run off, against the local KWOK cluster.
 * Idle KWOK nodes past their idle grace are drained and deleted, never more at once than the
   limits allow, down to the minimum node count; busy nodes are untouched.
 * With half of the managed nodes NotReady, the circuit breaker stops every shutdown.
+* A burst of pods that the nodes left on cannot take powers on exactly enough of the nodes
+  powered off, the pods are placed on them and nothing is evicted; a manager killed mid-boot is
+  succeeded by one that boots nothing more.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from tests.support.lifecycle_nodes import (
     E2E_LABEL,
     KWOK_RBAC,
     bind_pod,
+    create_pod,
+    forget_kwok_records,
     lifecycle_nodes,
     untouched,
 )
@@ -40,9 +45,11 @@ JOULIE = str(Path(sys.executable).parent / "joulie")
 class Manager:
     """``joulie --role=manager`` with the lifecycle enforcing through the KWOK actuator."""
 
-    def __init__(self, cluster: LocalCluster, tmp: Path, case: str, **env: str) -> None:
+    def __init__(
+        self, cluster: LocalCluster, tmp: Path, case: str, log_as: str = "", **env: str
+    ) -> None:
         self.metrics_port = free_port()
-        self.log = tmp / f"manager-{case}.log"
+        self.log = tmp / f"manager-{log_as or case}.log"
         full = {
             **os.environ,
             "KUBECONFIG": str(cluster.role_kubeconfig("manager")),
@@ -73,6 +80,13 @@ class Manager:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
 
+    def passes(self) -> float:
+        """Lifecycle passes so far (0 while its metrics are not served yet)."""
+        try:
+            return self.sample("joulie_lifecycle_passes_total")
+        except httpx.HTTPError:
+            return 0.0
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
@@ -84,6 +98,7 @@ def kwok_delete_granted(cluster: LocalCluster) -> Iterator[None]:
     cluster.kubectl("apply", "-f", str(KWOK_RBAC))
     yield
     cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+    forget_kwok_records(cluster)
 
 
 def names(nodes: list[dict[str, Any]]) -> list[str]:
@@ -222,3 +237,67 @@ def test_the_circuit_breaker_opens_when_every_one_of_three_nodes_is_not_ready(
         with cluster.api() as api:
             for name in names(broken):
                 api.delete(f"/api/v1/nodes/{name}")
+
+
+def pod_nodes(cluster: LocalCluster, namespace: str) -> dict[str, tuple[str, str]]:
+    """Each pod of the namespace: its uid and the node it is bound to ("" while pending)."""
+    with cluster.api() as api:
+        answer = api.get(f"/api/v1/namespaces/{namespace}/pods")
+        answer.raise_for_status()
+        return {
+            p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
+            for p in answer.json()["items"]
+        }
+
+
+def test_a_burst_boots_exactly_enough_nodes_and_a_restart_mid_boot_boots_no_more(
+    cluster: LocalCluster,
+    namespace: str,
+    kwok_delete_granted: None,
+    tmp_path: Path,
+) -> None:
+    case = "lifecycle-boot"
+    nodes = lifecycle_nodes(case, 5)
+    cluster.create_ready_nodes(nodes)
+    limits = {
+        "LIFECYCLE_MIN_NODES": "1",
+        "LIFECYCLE_BUDGET_PCT": "100",
+        "LIFECYCLE_MAX_CONCURRENT_DRAINS": "5",
+        "LIFECYCLE_MAX_CONCURRENT_SHUTDOWNS": "5",
+    }
+    manager = Manager(cluster, tmp_path, case, **limits)
+    restarted: Manager | None = None
+    try:
+        wait_until(lambda: len(listed(cluster, case)) == 1, 90, "4 idle nodes powered off")
+        # Three pods that each take most of a node: one fits the node left on, two need a boot.
+        cores = int(next(iter(listed(cluster, case).values()))["status"]["allocatable"]["cpu"])
+        spec = {
+            "nodeSelector": {E2E_LABEL: case},
+            "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+            "requests": {"cpu": str(cores * 3 // 4)},
+        }
+        burst = [create_pod(cluster, namespace, "burst", spec) for _ in range(3)]
+        wait_until(lambda: len(listed(cluster, case)) > 1, 60, "a node powered on")
+        # The manager dies mid-boot (its lease is not released); its successor takes over.
+        manager.process.kill()
+        manager.process.wait(timeout=10)
+        restarted = Manager(cluster, tmp_path, case, log_as=f"{case}-2", **limits)
+        wait_until(
+            lambda: all(node for _, node in pod_nodes(cluster, namespace).values()),
+            120,
+            "every pod of the burst to be placed",
+        )
+        wait_until(lambda: restarted.passes() >= 6, 60, "six passes of the new leader")
+        left = listed(cluster, case)
+        assert len(left) == 3, sorted(left)  # the node left on and exactly two booted
+        placed = pod_nodes(cluster, namespace)
+        assert sorted(placed) == sorted(burst)  # nothing evicted, nothing re-created
+        assert len({node for _, node in placed.values()}) == 3
+        for name, node in left.items():
+            annotations = node["metadata"].get("annotations") or {}
+            assert keys.LIFECYCLE_PHASE_ANNOTATION not in annotations, name  # in service
+    finally:
+        if restarted is not None:
+            restarted.stop()
+        if manager.process.poll() is None:
+            manager.stop()

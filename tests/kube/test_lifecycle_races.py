@@ -28,6 +28,7 @@ from tests.support.lifecycle_nodes import (
     KWOK_RBAC,
     bind_pod,
     create_pod,
+    forget_kwok_records,
     lifecycle_nodes,
     phase,
     tainted,
@@ -66,6 +67,7 @@ def kwok_delete_granted(cluster: LocalCluster) -> Iterator[None]:
     cluster.kubectl("apply", "-f", str(KWOK_RBAC))
     yield
     cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+    forget_kwok_records(cluster)
 
 
 @asynccontextmanager
@@ -233,6 +235,7 @@ async def test_a_failing_actuator_removes_nothing_and_is_retried_after_its_backo
     and cordon are undone, a backoff is written; once granted, the retry removes it."""
     monkeypatch.setenv("POD_NAMESPACE", "joulie-system")
     cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+    forget_kwok_records(cluster)
     (name,) = make_nodes(cluster, "fail", 1)
     try:
         async with manager(cluster, lifecycle_env("fail", LIFECYCLE_BACKOFF="3s")):
@@ -254,6 +257,7 @@ async def test_a_failing_actuator_removes_nothing_and_is_retried_after_its_backo
             await eventually(lambda: node(cluster, name) is None, 40, "the retry to remove it")
     finally:
         cluster.kubectl("delete", "--ignore-not-found", "-f", str(KWOK_RBAC))
+    forget_kwok_records(cluster)
 
 
 async def test_a_busy_node_is_never_shut_down(

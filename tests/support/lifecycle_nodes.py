@@ -9,6 +9,7 @@ from typing import Any
 from hack.cluster.runner import LocalCluster
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
+from joulie.manager.lifecycle.actuator_kwok import RECORD_LABEL, RECORD_VALUE
 from tests.support.builders import container, kwok_node, pod_manifest
 
 INVENTORY = Path(__file__).resolve().parents[1] / "data/inventories/02-cluster-nodes.yaml"
@@ -33,6 +34,18 @@ def lifecycle_nodes(case: str, count: int, *, kwok: bool = True) -> list[dict[st
             del annotations[keys.KWOK_NODE_ANNOTATION]
         nodes.append(node)
     return nodes
+
+
+def forget_kwok_records(cluster: LocalCluster) -> None:
+    """Delete the records the KWOK actuator keeps of the Nodes it powered off, so that no later
+    test's manager could power on another test's node."""
+    cluster.kubectl(
+        "delete",
+        "configmaps",
+        "--namespace=joulie-system",
+        f"--selector={RECORD_LABEL}={RECORD_VALUE}",
+        "--ignore-not-found",
+    )
 
 
 def phase(node: dict[str, Any] | None) -> str | None:

@@ -19,10 +19,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from joulie.api.lifecycle import Action, StateTuple
+from joulie.kube.projections import SlimNode
 
 if TYPE_CHECKING:
     from joulie.kube.client import KubeClient
-    from joulie.kube.projections import SlimNode
     from joulie.kube.writes import Writer
     from joulie.manager.lifecycle.settings import LifecycleSettings
     from joulie.settings import Problem
@@ -140,6 +140,9 @@ class BuildArgs:
     """The LIFECYCLE_* settings (None: every default)."""
     namespace: str = "joulie-system"
     """The manager's own namespace (where an actuator keeps records it needs)."""
+    eligible: Callable[[SlimNode], bool] = lambda _: True
+    """Whether the lifecycle manages a node (NODE_SELECTOR): an actuator that remembers nodes
+    no longer registered offers only those."""
 
 
 def _no_problems(_: LifecycleSettings) -> list[Problem]:

@@ -33,6 +33,7 @@ import structlog
 from joulie.api import keys
 from joulie.api.keys import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, kwok_node
 from joulie.kube.client import ApiError
+from joulie.kube.projections import SlimNode, node_projection
 from joulie.kube.writes import Writer
 from joulie.manager.lifecycle.actuator import (
     ActuatorResult,
@@ -53,7 +54,6 @@ from joulie.manager.lifecycle.facts import (
 
 if TYPE_CHECKING:
     from joulie.kube.client import KubeClient
-    from joulie.kube.projections import SlimNode
 
 log = structlog.get_logger("joulie.manager")
 
@@ -178,6 +178,7 @@ class KwokActuator:
         *,
         namespace: str = "joulie-system",
         clock: Callable[[], float] = time.time,
+        eligible: Callable[[SlimNode], bool] = lambda _: True,
     ) -> None:
         """Reads go through ``client`` (the writer's when None), writes through ``writer`` (so
         each is refused with :class:`joulie.kube.writes.NotPermitted` once this process no
@@ -187,6 +188,7 @@ class KwokActuator:
         self._client = client if client is not None else writer.client
         self._namespace = namespace
         self._clock = clock
+        self._eligible = eligible
         self._records = f"/api/v1/namespaces/{namespace}/configmaps"
         self._warned: dict[str, str] = {}
         """Record name -> the problem last warned about (each warned once)."""
@@ -327,7 +329,8 @@ class KwokActuator:
                 self._warn_once(name, record)
                 continue
             self._warned.pop(name, None)
-            if record.node not in present:
+            # Another manager's nodes (another NODE_SELECTOR) are not this one's to power on.
+            if record.node not in present and self._eligible(_project(record.manifest)):
                 off.append(OffNode(record.node, record.allocatable, record.labels))
         # Only records still there are remembered: the memory is bounded by them.
         for gone in set(self._warned) - seen:
@@ -460,8 +463,11 @@ def _failed(message: str, node: str) -> ActuatorResult:
     return ActuatorResult(Outcome.FAILED, message)
 
 
+_project = node_projection()
+
+
 def _build(args: BuildArgs) -> KwokActuator:
-    return KwokActuator(args.writer, args.client, namespace=args.namespace)
+    return KwokActuator(args.writer, args.client, namespace=args.namespace, eligible=args.eligible)
 
 
 REGISTRATION = Registration(

@@ -12,7 +12,10 @@ from joulie.manager.lifecycle import actuator_capi, actuator_kwok, actuator_webh
 from joulie.manager.lifecycle.actuator import Actuator, BuildArgs, Registration
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from joulie.kube.client import KubeClient
+    from joulie.kube.projections import SlimNode
     from joulie.kube.writes import Writer
     from joulie.manager.lifecycle.settings import LifecycleSettings
 
@@ -47,7 +50,8 @@ def build_actuator(
     writer: Writer,
     settings: LifecycleSettings | None = None,
     namespace: str = "joulie-system",
+    eligible: Callable[[SlimNode], bool] = lambda _: True,
 ) -> Actuator:
     """The actuator of ``kind``; ValueError naming what is accepted for an unknown kind or an
     unusable configuration."""
-    return registration(kind).build(BuildArgs(client, writer, settings, namespace))
+    return registration(kind).build(BuildArgs(client, writer, settings, namespace, eligible))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 
 import structlog
 
@@ -146,6 +147,9 @@ class Boots:
         self._say = say
         self._fates: dict[str, str] = {}
         self._problems: dict[str, str] = {}
+        self._cooling: dict[str, tuple[float, int]] = {}
+        """Failed power-ons of what has no Node to carry the backoff (a record, a node group):
+        name -> (no retry before, failures in a row). In memory: a restart tries once more."""
 
     def new_term(self) -> None:
         self._fates.clear()
@@ -160,7 +164,9 @@ class Boots:
             self._fates.clear()
             metrics.record_unserved({})
             return None
-        offers = await self._actuator.bootable(nodes, now)
+        # A backoff long over is forgotten: what is kept is bounded by what failed lately.
+        self._cooling = {k: v for k, v in self._cooling.items() if v[0] + self._backoff[1] > now}
+        offers = [self._cooled(o, now) for o in await self._actuator.bootable(nodes, now)]
         self._report_problems(offers)
         plan = plan_for(
             waiting,
@@ -187,6 +193,22 @@ class Boots:
             pods = sum(1 for fate in plan.fates if fate == group)
             await self._power_on(by_group[group], count, pods, by_name, flights, now)
         return plan
+
+    def _cooled(self, offer: BootOffer, now: float) -> BootOffer:
+        """``offer`` less what is backing off after a failed power-on."""
+        waits = {k: until for k, (until, _) in self._cooling.items() if until > now}
+        if offer.nodes:
+            kept = tuple(n for n in offer.nodes if n not in waits)
+            if len(kept) == len(offer.nodes):
+                return offer
+            cooling = offer.cooling_until
+            if not kept:
+                cooling = min(waits[n] for n in offer.nodes)
+            return replace(offer, nodes=kept, can_boot=len(kept), cooling_until=cooling)
+        until = waits.get(offer.group)
+        if until is None:
+            return offer
+        return replace(offer, cooling_until=max(until, offer.cooling_until or 0.0))
 
     def _bound_pods(self) -> dict[str, list[SlimPod]]:
         """Each node's pods that hold room (bound, not finished), DaemonSet pods included."""
@@ -248,9 +270,14 @@ class Boots:
             time.perf_counter() - started
         )
         what = request.node or f"{request.count} nodes of {request.group}"
+        unregistered = request.node or request.group
         if result.outcome is Outcome.FAILED:
             metrics.BOOTS.labels(self._actuator.name, "failed").inc(request.count)
             log.warning("power-on failed", target=what, error=result.message)
+            if node is None:
+                failures = self._cooling.get(unregistered, (0.0, 0))[1] + 1
+                wait = backoff_s(failures, *self._backoff, result.retry_after_s)
+                self._cooling[unregistered] = (now + wait, failures)
             if node is not None:
                 failures = (flight.failures if flight is not None else 0) + 1
                 wait = backoff_s(failures, *self._backoff, result.retry_after_s)
@@ -259,6 +286,7 @@ class Boots:
                     node, "boot_failed", f"{result.message}; next try in {wait:.0f} s", now
                 )
             return
+        self._cooling.pop(unregistered, None)
         metrics.BOOTS.labels(self._actuator.name, "requested").inc(request.count)
         log.info("power-on requested", target=what, reason=request.reason, answer=result.message)
         if node is not None:

@@ -48,6 +48,7 @@ def build_lifecycle(
             writer=writer,
             settings=settings,
             namespace=namespace,
+            eligible=eligible,
         )
     controller = LifecycleController(
         cache=cache,
