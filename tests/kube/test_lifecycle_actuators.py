@@ -24,14 +24,16 @@ from joulie.kube.projections import SlimNode
 from joulie.kube.writes import NotPermitted, Writer
 from joulie.manager.lifecycle.actuator import BootOffer, Outcome, PowerOnRequest, ShutdownRequest
 from joulie.manager.lifecycle.actuator_capi import (
-    BOOT_REQUESTED_ANNOTATION,
     DELETE_MACHINE_ANNOTATION,
-    MAX_SIZE_ANNOTATION,
-    MIN_SIZE_ANNOTATION,
     ClusterApiActuator,
 )
 from joulie.manager.lifecycle.actuator_kwok import KwokActuator
 from joulie.manager.lifecycle.actuators import build_actuator
+from joulie.manager.lifecycle.capi_groups import (
+    BOOT_REQUESTED_ANNOTATION,
+    MAX_SIZE_ANNOTATION,
+    MIN_SIZE_ANNOTATION,
+)
 from joulie.manager.lifecycle.settings import LifecycleSettings
 from tests.support.waiting import wait_until
 

@@ -11,11 +11,12 @@ import pytest
 
 from hack.cluster.nodes import node_manifest
 from joulie.api import keys
+from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
 from joulie.api.inventory import Inventory, parse_inventory
 from joulie.core.lifecycle_limits import Limits
 from joulie.hardware.catalog import Catalog
 from joulie.kube.projections import node_projection, pod_projection
-from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS, pod_gpu_count, pod_gpu_resource
+from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS
 from joulie.manager.lifecycle.boots import plan_for, waiting_pods
 from joulie.manager.lifecycle.facts import in_flight, offers_by_shape, registered_off_nodes
 from joulie.sim.engine import Engine, Scenario

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from joulie.api import keys
+from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
 from joulie.core.lifecycle_limits import Limits
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
-from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS, pod_gpu_count, pod_gpu_resource
+from joulie.manager.cache import LIFECYCLE_NODE_ANNOTATIONS
 from joulie.manager.lifecycle.actuator import BootOffer
 from joulie.manager.lifecycle.boots import plan_for, waiting_pods
 from joulie.manager.lifecycle.facts import in_flight
