@@ -122,6 +122,9 @@ class NodeLifecycle:
         self.launched_at = np.zeros(n)
         self.ready_at = np.zeros(n)
         self.idle_since = np.full(n, _NO_SPELL)
+        self.idle_draw = np.zeros(n)
+        """Each off node's idle draw as it went off (what choosing the cheapest to boot reads:
+        reading every off node's steady state at each pass cost more than the plan)."""
         self.seen_pods = np.full(n, -1, dtype=np.int64)
         """Pod count at the node's last derivation (-1: derive it at the next pass)."""
         self.drains: dict[int, tuple[float, float]] = {}
@@ -237,6 +240,7 @@ class NodeLifecycle:
         return False
 
     def _power_off(self, node: int, t: float) -> None:
+        self.idle_draw[node] = self.cluster.steady[node].node_w
         self.boots.pop(node, None)
         self.shutdowns += 1
         self.phase[node] = OFF
@@ -400,6 +404,7 @@ class NodeLifecycle:
             self.jobs,
             self.cluster,
             self.scheduler,
+            self.idle_draw,
             now=t,
             max_concurrent_boots=self.settings.limits.boots_at_once(len(self.fleet)),
         )

@@ -28,6 +28,7 @@ from joulie.sim.queue import PendingQueue
 __all__ = ["boot_facts", "nodes_to_boot"]
 
 IntArray = npt.NDArray[np.intp]
+FloatArray = npt.NDArray[np.float64]
 
 
 def _room(cluster: Cluster, scheduler: Scheduler, node: int) -> Room:
@@ -50,9 +51,11 @@ def boot_facts(
     jobs: Sequence[Job],
     cluster: Cluster,
     scheduler: Scheduler,
+    idle_draw: FloatArray,
 ) -> tuple[list[Demand], list[BootGroup], list[Room], dict[str, list[int]]]:
     """The plan's inputs: the unserved pods of the ``waiting`` workloads, the groups of the off
-    and booting nodes, the room of the draining ones, and each group's off nodes."""
+    and booting nodes (``idle_draw``: each node's idle draw when it went off), the room of the
+    draining ones, and each group's off nodes."""
     demands: list[Demand] = []
     for index in waiting:
         w = jobs[index].workload
@@ -67,7 +70,7 @@ def boot_facts(
         demands += [demand] * w.pods
     nodes = np.concatenate((off, booting))
     is_off = np.arange(nodes.size) < off.size
-    idle_w = np.array([cluster.steady[int(n)].node_w for n in nodes])
+    idle_w = idle_draw[nodes]
     kept = scheduler.kept_off[nodes] if scheduler.table is not None else np.zeros(nodes.size)
     # Nodes of one inventory group share their hardware: with the class and the idle draw (a
     # cap in force lowers it), that is the shape.
@@ -80,7 +83,7 @@ def boot_facts(
         mine = np.flatnonzero(inverse == shape)
         head = int(nodes[first[shape]])
         name = cluster.fleet.names[head]
-        members[name] = sorted(int(n) for n in nodes[mine[is_off[mine]]])
+        members[name] = nodes[mine[is_off[mine]]].tolist()  # off is in index order
         booting_count = int((~is_off[mine]).sum())
         groups.append(
             BootGroup(
@@ -103,6 +106,7 @@ def nodes_to_boot(
     jobs: Sequence[Job],
     cluster: Cluster,
     scheduler: Scheduler,
+    idle_draw: FloatArray,
     *,
     now: float,
     max_concurrent_boots: int | None,
@@ -114,7 +118,7 @@ def nodes_to_boot(
     if not waiting:
         return [], None
     demands, groups, coming, members = boot_facts(
-        off, booting, draining, waiting, jobs, cluster, scheduler
+        off, booting, draining, waiting, jobs, cluster, scheduler, idle_draw
     )
     plan = plan_boots(
         demands, groups, now=now, coming=coming, max_concurrent_boots=max_concurrent_boots
