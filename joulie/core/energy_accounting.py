@@ -1,0 +1,117 @@
+"""Who used a node's energy, and what the same work would have used without Joulie: the split of
+one node's measured energy over one interval between the pods on it, and the counterfactual it
+is judged against. Pure; the interval's length is an argument.
+
+The split, for a node that drew ``energy_j`` over ``seconds`` with an idle draw of ``idle_w``:
+
+* **idle energy** (``min(energy_j, idle_w x seconds)``: what the node draws with nothing on it)
+  goes to the pods by their share of the node's resources: the mean of their requests' shares of
+  its CPUs, memory and (on a GPU node) GPUs. A pod asking for twice as much gets twice as much;
+  what no pod asked for is the node's **overhead** (a node kept on for nobody).
+* **dynamic energy** (the rest) goes to each pod by its modelled marginal power (the estimate
+  the extender subtracts from a node's headroom, ``core.pod_power.marginal_watts``) times the
+  interval. When the model explains more than was measured, each pod's part is scaled down in
+  proportion; when it explains less, the rest is overhead, never dropped.
+
+So the pods' parts and the overhead add up to the measured energy exactly (a property test
+holds this). The equal weights of CPU, memory and GPUs in the idle share are an assumption: no
+published split of a server's idle power by resource applies to every node.
+
+**The counterfactual** is the same work in the performance profile (no cap, no clock ceiling):
+the pod's share of the idle draw plus its marginal power in that profile, for the time the same
+work would take there (the interval times the pod's speed now over its speed uncapped, from the
+power model). ``saved_j`` is that less what was attributed; it is negative where a cap cost more
+energy than it saved (a cap below a board's energy-optimal point does that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Attribution", "NodeInterval", "PodUse", "attribute"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """One pod on the node over the interval."""
+
+    account: str
+    """Where its energy is booked (the caller's key: namespace and class, a PodGroup ...)."""
+    cpu_share: float
+    """Its CPU request over the node's allocatable CPUs (0-1)."""
+    memory_share: float
+    """Its memory request over the node's allocatable memory (0-1)."""
+    gpu_share: float = 0.0
+    """Its GPUs over the node's GPUs (0-1; 0 on a node without GPUs)."""
+    marginal_w: float = 0.0
+    """Its modelled marginal power under the node's controls now."""
+    performance_w: float | None = None
+    """Its modelled marginal power in the performance profile; None: as now (nothing saved)."""
+    speed_ratio: float = 1.0
+    """Its speed now over its speed in the performance profile (1: the controls do not slow
+    it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInterval:
+    energy_j: float
+    """Measured over the interval (the power source's reading times its span)."""
+    seconds: float
+    idle_w: float
+    """What the node draws with nothing running, under the controls of the interval."""
+    has_gpus: bool = False
+    performance_idle_w: float | None = None
+    """Its idle draw in the performance profile; None: as now."""
+
+
+@dataclass(frozen=True)
+class Attribution:
+    used_j: Mapping[str, float] = field(default_factory=dict)
+    """Joules per account."""
+    saved_j: Mapping[str, float] = field(default_factory=dict)
+    """Joules per account the same work would have drawn more in the performance profile
+    (negative: it drew more under Joulie's controls)."""
+    overhead_j: float = 0.0
+    """Measured energy no pod explains (idle capacity nobody asked for, unmodelled draw)."""
+
+
+def _share(pod: PodUse, has_gpus: bool) -> float:
+    parts = [_unit(pod.cpu_share), _unit(pod.memory_share)]
+    if has_gpus:
+        parts.append(_unit(pod.gpu_share))
+    return sum(parts) / len(parts)
+
+
+def _unit(value: float) -> float:
+    return min(max(value, 0.0), 1.0)
+
+
+def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
+    """The node's energy over the interval, split between ``pods`` and overhead."""
+    energy = max(0.0, node.energy_j)
+    seconds = max(0.0, node.seconds)
+    idle = min(energy, max(0.0, node.idle_w) * seconds)
+    dynamic = energy - idle
+    shares = [_share(p, node.has_gpus) for p in pods]
+    total_share = sum(shares)
+    if total_share > 1.0:
+        # Requests cannot exceed allocatable; a node over-committed by hand still conserves.
+        shares = [s / total_share for s in shares]
+    modelled = [max(0.0, p.marginal_w) * seconds for p in pods]
+    explained = sum(modelled)
+    scale = min(1.0, dynamic / explained) if explained > 0.0 else 0.0
+    used: dict[str, float] = {}
+    saved: dict[str, float] = {}
+    booked = 0.0
+    for pod, share, dyn in zip(pods, shares, modelled, strict=True):
+        part = idle * share + dyn * scale
+        used[pod.account] = used.get(pod.account, 0.0) + part
+        booked += part
+        if pod.performance_w is None:
+            continue
+        idle_w = node.performance_idle_w if node.performance_idle_w is not None else node.idle_w
+        ratio = max(0.0, pod.speed_ratio)
+        would = (max(0.0, idle_w) * share + max(0.0, pod.performance_w)) * seconds * ratio
+        saved[pod.account] = saved.get(pod.account, 0.0) + would - part
+    return Attribution(used, saved, energy - booked)

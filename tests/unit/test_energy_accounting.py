@@ -1,0 +1,98 @@
+"""The split of a node's measured energy between its pods (``core.energy_accounting``): what is
+measured is all booked, to a pod or to overhead; requests share the idle draw; the modelled
+marginal power shares the rest; and the saving is stated against the performance profile."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from joulie.core.energy_accounting import NodeInterval, PodUse, attribute
+
+HOUR = 3600.0
+
+
+def test_an_idle_node_is_all_overhead() -> None:
+    result = attribute(NodeInterval(energy_j=200.0 * HOUR, seconds=HOUR, idle_w=200.0), [])
+    assert result.used_j == {}
+    assert result.overhead_j == pytest.approx(200.0 * HOUR)
+
+
+def test_twice_the_requests_at_the_same_use_get_twice_the_idle_share() -> None:
+    node = NodeInterval(energy_j=100.0 * HOUR, seconds=HOUR, idle_w=100.0)
+    small = PodUse("team-a/standard", cpu_share=0.1, memory_share=0.05)
+    large = PodUse("team-b/standard", cpu_share=0.2, memory_share=0.1)
+    result = attribute(node, [small, large])
+    assert result.used_j["team-b/standard"] == pytest.approx(2 * result.used_j["team-a/standard"])
+    # 0.075 + 0.15 of the node asked for: the other 77.5 % of the idle draw is overhead.
+    assert result.overhead_j == pytest.approx(0.775 * 100.0 * HOUR)
+
+
+def test_the_dynamic_draw_follows_the_modelled_marginal_power() -> None:
+    # 300 W measured over an idle 100 W: 200 W to share. The model explains 150 W (100 + 50):
+    # each pod gets its own, and the 50 W the model does not explain is overhead.
+    node = NodeInterval(energy_j=300.0 * HOUR, seconds=HOUR, idle_w=100.0)
+    pods = [
+        PodUse("a", cpu_share=0.0, memory_share=0.0, marginal_w=100.0),
+        PodUse("b", cpu_share=0.0, memory_share=0.0, marginal_w=50.0),
+    ]
+    result = attribute(node, pods)
+    assert result.used_j == pytest.approx({"a": 100.0 * HOUR, "b": 50.0 * HOUR})
+    assert result.overhead_j == pytest.approx(150.0 * HOUR)  # 100 W idle + 50 W unexplained
+    # The model explaining more than was measured scales each pod down in proportion.
+    less = attribute(NodeInterval(energy_j=175.0 * HOUR, seconds=HOUR, idle_w=100.0), pods)
+    assert less.used_j == pytest.approx({"a": 50.0 * HOUR, "b": 25.0 * HOUR})
+    assert less.overhead_j == pytest.approx(100.0 * HOUR)
+
+
+def test_the_saving_is_against_the_same_work_in_the_performance_profile() -> None:
+    # A capped pod draws 150 W instead of 250 W and runs at 0.8 of its uncapped speed: the same
+    # work uncapped takes 0.8 h at 250 W plus its idle share.
+    node = NodeInterval(energy_j=350.0 * HOUR, seconds=HOUR, idle_w=200.0, has_gpus=True)
+    pod = PodUse(
+        "ml/standard",
+        cpu_share=0.5,
+        memory_share=0.5,
+        gpu_share=0.5,
+        marginal_w=150.0,
+        performance_w=250.0,
+        speed_ratio=0.8,
+    )
+    result = attribute(node, [pod])
+    used = (200.0 * 0.5 + 150.0) * HOUR
+    assert result.used_j["ml/standard"] == pytest.approx(used)
+    assert result.saved_j["ml/standard"] == pytest.approx((100.0 + 250.0) * 0.8 * HOUR - used)
+    # A cap that slows work more than it lowers the draw saves nothing: the saving is negative.
+    slow = attribute(node, [PodUse("x", 0.5, 0.5, 0.5, 150.0, 250.0, speed_ratio=0.5)])
+    assert slow.saved_j["x"] < 0
+
+
+_pods = st.lists(
+    st.builds(
+        PodUse,
+        account=st.sampled_from(["a/standard", "a/performance", "b/standard"]),
+        cpu_share=st.floats(0.0, 1.0),
+        memory_share=st.floats(0.0, 1.0),
+        gpu_share=st.floats(0.0, 1.0),
+        marginal_w=st.floats(0.0, 2_000.0),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    energy=st.floats(0.0, 1e8),
+    seconds=st.floats(0.0, 7_200.0),
+    idle_w=st.floats(0.0, 3_000.0),
+    has_gpus=st.booleans(),
+    pods=_pods,
+)
+def test_every_measured_joule_is_booked_once(
+    energy: float, seconds: float, idle_w: float, has_gpus: bool, pods: list[PodUse]
+) -> None:
+    result = attribute(NodeInterval(energy, seconds, idle_w, has_gpus), pods)
+    assert all(v >= 0.0 for v in result.used_j.values())
+    assert result.overhead_j >= -1e-6 * max(1.0, energy)
+    assert sum(result.used_j.values()) + result.overhead_j == pytest.approx(energy, abs=1e-6)
