@@ -22,9 +22,11 @@ and metrics.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import structlog
 
@@ -45,6 +47,7 @@ from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import SlimNode, SlimPod
 from joulie.kube.writes import NotPermitted
 from joulie.manager.cache import ClusterCache
+from joulie.manager.controller import WRITE_CONCURRENCY, run_bounded
 from joulie.manager.lifecycle import metrics
 from joulie.manager.lifecycle.actuator import (
     Actuator,
@@ -61,7 +64,7 @@ from joulie.manager.lifecycle.facts import (
     pending_demand,
     room,
 )
-from joulie.manager.lifecycle.node_edits import NodeEdits
+from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
 
 log = structlog.get_logger("joulie.lifecycle")
 
@@ -189,9 +192,13 @@ class Boots:
         await self._report_fates(waiting, plan)
         by_group = {o.group: o for o in offers}
         by_name = {n.name: n for n in nodes}
+        jobs: list[Callable[[], Awaitable[None]]] = []
         for group, count in plan.boots.items():
             pods = sum(1 for fate in plan.fates if fate == group)
-            await self._power_on(by_group[group], count, pods, by_name, flights, now)
+            jobs += self._power_ons(by_group[group], count, pods, by_name, flights, now)
+        # Side by side, as the drains' steps: a webhook retrying one node's power-on does not
+        # hold up the others.
+        await run_bounded((job() for job in jobs), WRITE_CONCURRENCY)
         return plan
 
     def _cooled(self, offer: BootOffer, now: float) -> BootOffer:
@@ -218,7 +225,7 @@ class Boots:
                 bound.setdefault(pod.node_name, []).append(pod)
         return bound
 
-    async def _power_on(
+    def _power_ons(
         self,
         offer: BootOffer,
         count: int,
@@ -226,13 +233,13 @@ class Boots:
         nodes: Mapping[str, SlimNode],
         flights: Mapping[str, InFlight],
         now: float,
-    ) -> None:
+    ) -> list[Callable[[], Awaitable[None]]]:
         reason = f"{pods} pending pods no serving node can take"
         if not offer.nodes:
             key = f"{offer.group}/{format_time(now)}"
             request = PowerOnRequest(offer.group, "", count, reason, key)
-            await self._ask(request, None, None, now)
-            return
+            return [partial(self._ask, request, None, None, now)]
+        jobs: list[Callable[[], Awaitable[None]]] = []
         for name in offer.nodes[:count]:
             node = nodes.get(name)
             flight = flights.get(name)
@@ -248,11 +255,27 @@ class Boots:
                 annotations=node.annotations if node is not None else {},
                 labels=node.labels if node is not None else {},
             )
+            jobs.append(partial(self._power_on, request, node, flight, now))
+        return jobs
+
+    async def _power_on(
+        self, request: PowerOnRequest, node: SlimNode | None, flight: InFlight | None, now: float
+    ) -> None:
+        """One node's power-on; a failure of its writes is logged and counted, and the next pass
+        tries again (the other nodes go on now)."""
+        try:
             if node is not None:
                 # On the object before the power-on: a crash in between is a boot that never
                 # registers (its grace catches it), never a second power-on.
-                await self._edits.mark(name, Phase.BOOTING, now)
+                await self._edits.mark(node.name, Phase.BOOTING, now)
             await self._ask(request, node, flight, now)
+        except (NotPermitted, asyncio.CancelledError):
+            raise
+        except NodeGone:
+            pass
+        except Exception as exc:
+            metrics.NODE_ERRORS.inc()
+            log.warning("power-on step failed for a node", node=request.node, error=repr(exc))
 
     async def _ask(
         self,
