@@ -32,6 +32,7 @@ from joulie.kube.workqueue import WorkQueue, default_controller_rate_limiter, ru
 from joulie.kube.writes import NotPermitted
 from joulie.manager.cache import ClusterCache, HardwareFacts
 from joulie.manager.cleanup import TwinCleanup
+from joulie.manager.energy import EnergyAccountant
 from joulie.manager.facility import FacilityPoller, FacilityReading
 from joulie.manager.failures import NodeFailures
 from joulie.manager.metrics import LAST_RECONCILE, RECONCILE_SECONDS, RECONCILES, record_plan
@@ -78,8 +79,10 @@ class Controller:
         twin: TwinTracker,
         facility: FacilityPoller | None,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        energy: EnergyAccountant | None = None,
     ) -> None:
         self._interval = interval
+        self._energy = energy
         self._wall_clock = wall_clock
         self._cache = cache
         self._planner = planner
@@ -156,6 +159,10 @@ class Controller:
         planned = self._planner.planned()
         names = [n.name for n in planned.nodes]
         reading = await self._power.reading(names)
+        if self._energy is not None:
+            # Leader only, as all of this: who used the energy of the intervals this reading
+            # closes (joulie.manager.energy).
+            await self._energy.record(reading)
         facility = self._facility.latest if self._facility is not None else FacilityReading()
         inputs = PassInputs(planned.result, reading, facility, self._wall_clock())
         self._last = inputs

@@ -8,6 +8,7 @@ This file only wires the parts together and ties them to the process's life:
 * ``cleanup.py``: twins of deleted or unplanned nodes;
 * ``failures.py``: nodes whose writes fail, reported once and retried alone;
 * ``controller.py``: the reconcile loop, which is the leader's work;
+* ``energy.py``: the energy each workload used, kept in one ConfigMap across leaders;
 * ``metrics.py``.
 
 Only the holder of the ``joulie-manager`` Lease writes; followers keep their caches warm, so a
@@ -32,6 +33,7 @@ from joulie.kube.leader import LeaderElectionConfig, LeaderElector, default_iden
 from joulie.kube.writes import Writer
 from joulie.manager.cache import ClusterCache
 from joulie.manager.controller import Controller
+from joulie.manager.energy import EnergyAccountant
 from joulie.manager.facility import FacilityPoller
 from joulie.manager.failures import NodeFailures
 from joulie.manager.lifecycle.build import build_lifecycle, node_leases
@@ -71,6 +73,7 @@ class ManagerRole:
         self.lifecycle: LifecycleController | None = None
         self._leases: Informer[Any] | None = None
         self._lifecycle_writer: Writer | None = None
+        self._energy: EnergyAccountant | None = None
 
     # --- what the runtime reads -----------------------------------------------------------
 
@@ -165,6 +168,13 @@ class ManagerRole:
                 self._wall_clock,
                 self._namespace,
             )
+        self._energy = EnergyAccountant(
+            cache,
+            writer,
+            self._namespace,
+            settings.reconcile_interval,
+            settings.energy_accounts_max,
+        )
         self.controller = Controller(
             settings.reconcile_interval,
             cache,
@@ -175,6 +185,7 @@ class ManagerRole:
             TwinTracker(settings.node_power_trend_window),
             facility,
             self._wall_clock,
+            self._energy,
         )
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(i.run(stopping)) for i in self.informers
@@ -197,16 +208,24 @@ class ManagerRole:
         """The term's work: the reconcile loop and, beside it, the node lifecycle. Both end
         together (the elector cancels this when the term ends)."""
         assert self.controller is not None
-        if self.lifecycle is None:
-            await self.controller.lead()
-            return
+        if self._energy is not None:
+            self._energy.new_term()
         try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.controller.lead())
-                group.create_task(self.lifecycle.lead())
+            if self.lifecycle is None:
+                await self.controller.lead()
+                return
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.controller.lead())
+                    group.create_task(self.lifecycle.lead())
+            finally:
+                if self._lifecycle_writer is not None:
+                    await self._lifecycle_writer.settle()
         finally:
-            if self._lifecycle_writer is not None:
-                await self._lifecycle_writer.settle()
+            # Still leading (the Lease is released only after this returns): the accounts
+            # counted since the last write go to the ConfigMap now, not a minute later.
+            if self._energy is not None:
+                await self._energy.end_term()
 
 
 def build(settings: ManagerSettings) -> ManagerRole:

@@ -280,6 +280,12 @@ class ManagerSettings(_PolicyParameters):
     node_power_trend_window: Duration = 300.0
     """Readings within this span of the newest give a node's power trend (W/min)."""
 
+    # -- energy accounting --------------------------------------------------------------------
+    energy_accounts_max: Annotated[int, Field(ge=1, le=5000)] = 500
+    """Energy accounts (namespace and workload class) kept as metric series and in the
+    joulie-energy-accounts ConfigMap; past it, the energy of a namespace not yet accounted is
+    booked to namespace "other"."""
+
     # -- facility -----------------------------------------------------------------------------
     enable_facility_metrics: bool = False
     """Poll facility metrics (ambient temperature, IT power) from Prometheus for the twin."""

@@ -1,0 +1,321 @@
+"""The energy each workload used, per namespace and workload class, from the node power the
+manager already reads each reconcile (the leader's work; issue #29).
+
+Per node, two consecutive readings make one interval, whose energy is the trapezoid
+``(previous W + W) / 2 x seconds``; ``core.energy_accounting.attribute`` splits it between the
+node's pods and the overhead (what no pod explains), so the accounts and the overhead add up to
+what was measured. The accounts are Prometheus counters and, once a minute, one ConfigMap
+(:mod:`joulie.manager.energy_store`), from which the next leader continues.
+
+Choices, and what they cost:
+
+* **Gaps are not guessed.** An interval longer than 3 reconcile intervals (a failed read, a
+  paused leader) is lost, and the next reading starts afresh: interpolating across it would
+  invent energy nobody measured.
+* **Idle draw is measured, not modelled.** The manager has no per-node idle model, so a node's
+  idle draw is the lowest reading seen for it (in memory, per node). A node never seen idle
+  overstates it: more of its energy goes to the pods by their requests and less by their
+  modelled marginal power, and capacity nobody asked for looks costlier. The split still adds up
+  to the measured energy.
+* **The pods are those of the interval's end**, bound to the node and not finished, DaemonSet
+  pods and mirror pods aside (their draw is overhead): a pod that started or ended within the
+  interval gets all or none of it (one interval per pod, at RECONCILE_INTERVAL).
+* **A takeover loses at most one interval per node.** Each term starts from its own readings
+  (the previous term's are forgotten) and ignores readings not after the stored ``through``, so
+  nothing is counted twice; the interval between the old leader's last reading and the new
+  one's first is not counted.
+* **Bounded cardinality.** Past ENERGY_ACCOUNTS_MAX accounts, a namespace not yet accounted is
+  booked as namespace ``other`` (so at most that many series, plus ``other``'s two).
+
+Not here yet: the energy a workload *saved* (issue #29, its other half) needs each node's draw
+in the performance profile, a per-node power model the manager does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from joulie.api import keys
+from joulie.api.enums import WorkloadClass
+from joulie.core.energy_accounting import Attribution, NodeInterval, PodUse, attribute
+from joulie.core.pod_power import (
+    CPU_FALLBACK_CORES_PERFORMANCE,
+    CPU_FALLBACK_CORES_STANDARD,
+    NodePowerProfile,
+    PodDemand,
+    marginal_watts,
+    node_power_profile,
+)
+from joulie.kube.projections import SlimNode, SlimPod
+from joulie.kube.writes import NotPermitted, Writer
+from joulie.manager import energy_store
+from joulie.manager.cache import ClusterCache
+from joulie.manager.lifecycle.facts import room
+from joulie.manager.power import PowerReading
+
+log = structlog.get_logger("joulie.manager.energy")
+
+__all__ = ["EnergyAccountant", "EnergyCounters", "account_of", "pod_uses"]
+
+GAP_INTERVALS: Final = 3
+"""An interval longer than this many reconcile intervals is not counted."""
+WRITE_EVERY_S: Final = 60.0
+"""Seconds between two writes of the ConfigMap (one object for the whole cluster)."""
+END_OF_TERM_WRITE_S: Final = 5.0
+"""How long the last write of a term may hold up the hand-over of the Lease."""
+OTHER_NAMESPACE: Final = "other"
+_GIB: Final = float(2**30)
+
+
+@dataclass(frozen=True)
+class EnergyCounters:
+    workload: Counter
+    overhead: Counter
+
+    @classmethod
+    def registered(cls, registry: CollectorRegistry) -> EnergyCounters:
+        return cls(
+            Counter(
+                "joulie_workload_energy_joules_total",
+                "Measured node energy attributed to the pods of a namespace and workload class",
+                ["namespace", "class"],
+                registry=registry,
+            ),
+            Counter(
+                "joulie_node_overhead_energy_joules_total",
+                "Measured node energy no pod explains (idle capacity nobody asked for, system "
+                "pods, unmodelled draw)",
+                registry=registry,
+            ),
+        )
+
+
+_COUNTERS: Final = EnergyCounters.registered(REGISTRY)
+_CLASSES: Final = frozenset(c.value for c in WorkloadClass)
+
+
+def account_of(pod: SlimPod) -> str:
+    """ "<namespace>/<class>": the pod's workload class when it names one, else standard."""
+    raw = pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION, "")
+    return f"{pod.namespace}/{raw if raw in _CLASSES else WorkloadClass.STANDARD.value}"
+
+
+def _share(amount: float, total: float) -> float:
+    return amount / total if total > 0 else 0.0
+
+
+def pod_uses(
+    node: SlimNode | None, pods: Iterable[SlimPod], profile: NodePowerProfile | None
+) -> tuple[list[PodUse], bool]:
+    """The pods' uses of ``node`` (their requests' shares of its allocatable resources and their
+    modelled marginal power) and whether it has GPUs. A node not in the cache offers nothing:
+    its energy is overhead."""
+    offered = room(node.allocatable) if node is not None else None
+    cpu = offered.cpu_millis if offered is not None else 0
+    memory = offered.memory_bytes if offered is not None else 0
+    gpus = sum(offered.gpus.values()) if offered is not None else 0
+    uses = []
+    for pod in pods:
+        account = account_of(pod)
+        performance = account.endswith("/" + WorkloadClass.PERFORMANCE.value)
+        cores = pod.cpu_millis / 1000
+        if cores <= 0:
+            # The extender's estimate assumes a pod asking for no CPU uses some; so does this.
+            cores = CPU_FALLBACK_CORES_PERFORMANCE if performance else CPU_FALLBACK_CORES_STANDARD
+        demand = PodDemand(cores, pod.memory_bytes / _GIB, pod.gpus, performance)
+        uses.append(
+            PodUse(
+                account=account,
+                cpu_share=_share(pod.cpu_millis, cpu),
+                memory_share=_share(pod.memory_bytes, memory),
+                gpu_share=_share(pod.gpus, gpus),
+                marginal_w=marginal_watts(demand, profile),
+            )
+        )
+    return uses, gpus > 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    at: float
+    watts: float
+
+
+@dataclass
+class _Totals:
+    accounts: dict[str, float] = field(default_factory=dict)
+    overhead: float = 0.0
+    through: float = 0.0
+
+
+class EnergyAccountant:
+    """Accounts each reading of the leader's reconcile; :meth:`new_term` at the start of a term,
+    :meth:`end_term` at its end."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        writer: Writer,
+        namespace: str,
+        interval: float,
+        max_accounts: int,
+        counters: EnergyCounters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cache = cache
+        self._writer = writer
+        self._namespace = namespace
+        self._max_gap = GAP_INTERVALS * interval
+        self._max_accounts = max_accounts
+        self._counters = counters if counters is not None else _COUNTERS
+        self._clock = clock
+        self._totals = _Totals()
+        """What the counters hold (the process's own figures, which a restore only raises)."""
+        self._idle: dict[str, float] = {}
+        """Per node, the lowest reading seen: its idle draw (kept across terms, a measurement)."""
+        self._last: dict[str, _Sample] = {}
+        self._restored = False
+        self._not_before = 0.0
+        self._dirty = False
+        self._written_at = -math.inf
+
+    @property
+    def totals(self) -> energy_store.StoredTotals:
+        t = self._totals
+        return energy_store.StoredTotals(dict(t.accounts), t.overhead, t.through)
+
+    def new_term(self) -> None:
+        """Forget this process's earlier readings (another leader counted since) and read the
+        stored totals again before counting."""
+        self._last.clear()
+        self._restored = False
+        self._dirty = False
+        self._written_at = -math.inf
+
+    async def record(self, reading: PowerReading) -> None:
+        """Account ``reading``; write the totals when the last write is a minute old. Raises
+        :class:`NotPermitted` once this process may not write."""
+        if not self._restored and not await self._restore():
+            return  # counting over totals it could not read would overwrite them
+        self._account(reading)
+        if self._dirty and self._clock() - self._written_at >= WRITE_EVERY_S:
+            await self._persist()
+
+    async def end_term(self) -> None:
+        """The term's last write, if anything is unwritten and this process may still write."""
+        if not (self._restored and self._dirty):
+            return
+        try:
+            async with asyncio.timeout(END_OF_TERM_WRITE_S):
+                await self._persist()
+        except NotPermitted:
+            log.info("energy accounts not written at the end of the term: no longer leading")
+        except TimeoutError:
+            # The request may still land after the next leader read the totals: what this term
+            # counted since its last write is then lost (as one interval per node is anyway).
+            log.warning("energy accounts not written at the end of the term: no answer in time")
+
+    # --- accounting -------------------------------------------------------------------------
+
+    def _account(self, reading: PowerReading) -> None:
+        at = reading.at
+        if at <= self._not_before:
+            return  # counted by the leader that wrote the stored totals
+        for name in [n for n in self._last if n not in reading.nodes]:
+            del self._last[name]
+        for name in [n for n in self._idle if n not in reading.nodes]:
+            del self._idle[name]
+        for name, power in reading.nodes.items():
+            watts = power.watts
+            if watts is None or not math.isfinite(watts) or watts < 0:
+                continue  # a failed read: the next good one spans it, if within the gap
+            previous = self._last.get(name)
+            if previous is not None and previous.at == at:
+                continue  # the reader's cached reading, already counted
+            self._last[name] = _Sample(at, watts)
+            idle = min(self._idle.get(name, watts), watts)
+            self._idle[name] = idle
+            if previous is None:
+                continue
+            seconds = at - previous.at
+            if not 0 < seconds <= self._max_gap:
+                continue  # a gap is lost, not guessed; this reading starts afresh
+            energy = (previous.watts + watts) / 2 * seconds
+            self._book(self._split(name, energy, seconds, idle))
+            self._totals.through = max(self._totals.through, at)
+            self._dirty = True
+
+    def _split(self, name: str, energy: float, seconds: float, idle: float) -> Attribution:
+        pods = [p for p in self._cache.workload_pods(name) if p.node_name == name]
+        facts = self._cache.hardware_of(name)
+        profile = node_power_profile(facts.status if facts is not None else None)
+        uses, has_gpus = pod_uses(self._cache.nodes.get(name), pods, profile)
+        return attribute(NodeInterval(energy, seconds, idle, has_gpus), uses)
+
+    def _admit(self, account: str) -> str:
+        if account in self._totals.accounts or len(self._totals.accounts) < self._max_accounts:
+            return account
+        return f"{OTHER_NAMESPACE}/{account.rsplit('/', 1)[1]}"
+
+    def _add(self, account: str, joules: float) -> None:
+        if joules <= 0:
+            return
+        key = self._admit(account)
+        namespace, workload_class = key.rsplit("/", 1)
+        self._totals.accounts[key] = self._totals.accounts.get(key, 0.0) + joules
+        self._counters.workload.labels(namespace, workload_class).inc(joules)
+
+    def _book(self, split: Attribution) -> None:
+        # In name order: which new namespace the cap folds away does not depend on pod order.
+        for account, joules in sorted(split.used_j.items()):
+            self._add(account, joules)
+        # The split conserves energy to rounding; a counter never goes down.
+        overhead = max(0.0, split.overhead_j)
+        self._totals.overhead += overhead
+        self._counters.overhead.inc(overhead)
+
+    # --- persistence ------------------------------------------------------------------------
+
+    async def _restore(self) -> bool:
+        try:
+            stored = await energy_store.load(self._writer, self._namespace)
+        except energy_store.UnusableStore as exc:
+            log.warning(
+                "energy accounts ConfigMap unusable; accounts start from this process's own",
+                configmap=energy_store.CONFIGMAP_NAME,
+                problem=str(exc),
+            )
+            stored = energy_store.StoredTotals()
+        except NotPermitted:
+            raise
+        except Exception as exc:  # a failed read must not stop the reconcile; retried next time
+            log.warning("energy accounts could not be read; not counting yet", error=str(exc))
+            return False
+        # The counters continue from the larger of what they hold and what was stored (this
+        # process may have led before and counted part of it itself).
+        for account, joules in stored.accounts.items():
+            self._add(account, joules - self._totals.accounts.get(account, 0.0))
+        self._book(Attribution(overhead_j=stored.overhead - self._totals.overhead))
+        self._totals.through = max(self._totals.through, stored.through)
+        self._not_before = self._totals.through
+        self._restored = True
+        return True
+
+    async def _persist(self) -> None:
+        try:
+            await energy_store.save(self._writer, self._namespace, self.totals)
+        except NotPermitted:
+            raise
+        except Exception as exc:  # a failed write must not stop the reconcile; retried
+            log.warning("energy accounts could not be written; retried", error=str(exc))
+            return
+        self._written_at = self._clock()
+        self._dirty = False

@@ -1,0 +1,130 @@
+"""Where the energy accounts outlive a process: ONE ConfigMap, ``joulie-energy-accounts`` in the
+manager's namespace, holding every account's total, the overhead and the time of the last
+reading counted.
+
+One object for the whole cluster, written by the leader at most once a minute (and as its term
+ends), so accounting costs no API write per pod or per node. The write goes through the
+manager's fenced :class:`joulie.kube.writes.Writer`: a process that does not lead cannot write
+it. A new leader (or a restarted one) reads it once at the start of its term and continues the
+totals from there.
+
+What is read is bounded and checked (it is an object anyone with the grant may edit): a
+ConfigMap that is not usable is reported and the accounts start from zero, to be overwritten at
+the next write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from joulie.kube.client import APPLY_PATCH, ApiError
+from joulie.kube.writes import Writer
+
+__all__ = ["CONFIGMAP_NAME", "StoredTotals", "UnusableStore", "load", "save"]
+
+CONFIGMAP_NAME: Final = "joulie-energy-accounts"
+MAX_STORED_BYTES: Final = 900 * 1024
+"""A ConfigMap holds at most 1 MiB; 5,000 accounts of the longest names stay below this."""
+
+
+@dataclass(frozen=True)
+class StoredTotals:
+    accounts: Mapping[str, float] = field(default_factory=dict)
+    """Joules per account ("<namespace>/<class>")."""
+    overhead: float = 0.0
+    """Joules no pod explains."""
+    through: float = 0.0
+    """Epoch seconds of the last reading counted (0: none)."""
+
+
+class UnusableStore(ValueError):
+    """The ConfigMap exists but its data cannot be read as totals."""
+
+
+def path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/configmaps/{CONFIGMAP_NAME}"
+
+
+def _joules(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise UnusableStore(f"{what} is {value!r}, not a number of joules")
+    try:
+        joules = float(value)
+    except ValueError:
+        raise UnusableStore(f"{what} is {value!r}, not a number of joules") from None
+    if not math.isfinite(joules) or joules < 0:
+        raise UnusableStore(f"{what} is {value!r}, not a finite number of joules >= 0")
+    return joules
+
+
+def parse(data: Mapping[str, Any]) -> StoredTotals:
+    """The totals in a ConfigMap's ``data``; raises :class:`UnusableStore` naming what is wrong."""
+    raw = data.get("accounts", "{}")
+    if not isinstance(raw, str) or len(raw) > MAX_STORED_BYTES:
+        raise UnusableStore(f"accounts is not a JSON text of at most {MAX_STORED_BYTES} bytes")
+    try:
+        decoded = json.loads(raw)
+    except ValueError as exc:
+        raise UnusableStore(f"accounts is not JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise UnusableStore("accounts is not a JSON object {account: joules}")
+    accounts = {}
+    for key, value in decoded.items():
+        namespace, _, workload_class = key.rpartition("/")
+        if not namespace or not workload_class:
+            raise UnusableStore(f"account {key!r} is not <namespace>/<class>")
+        accounts[key] = _joules(value, f"account {key!r}")
+    return StoredTotals(
+        accounts,
+        _joules(data.get("overhead", 0), "overhead"),
+        _joules(data.get("through", 0), "through"),
+    )
+
+
+async def load(writer: Writer, namespace: str) -> StoredTotals:
+    """The stored totals (empty when there is no ConfigMap yet). Raises :class:`UnusableStore`
+    for one that cannot be read as totals, and the client's errors for a failed read (the caller
+    must not write over totals it could not read)."""
+    try:
+        found = await writer.client.request("GET", path(namespace))
+    except ApiError as exc:
+        if exc.not_found:
+            return StoredTotals()
+        raise
+    data = found.get("data") if isinstance(found, Mapping) else None
+    return parse(data if isinstance(data, Mapping) else {})
+
+
+def encode(totals: StoredTotals) -> dict[str, str]:
+    # repr-exact floats: a restart continues from exactly what was counted.
+    return {
+        "accounts": json.dumps(dict(sorted(totals.accounts.items())), separators=(",", ":")),
+        "overhead": repr(float(totals.overhead)),
+        "through": repr(float(totals.through)),
+    }
+
+
+async def save(writer: Writer, namespace: str, totals: StoredTotals) -> None:
+    """Apply the ConfigMap (server-side apply, the writer's field manager); raises
+    :class:`joulie.kube.writes.NotPermitted` when the writer may not write."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": CONFIGMAP_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "joulie"},
+        },
+        "data": encode(totals),
+    }
+    await writer.send(
+        "PATCH",
+        path(namespace),
+        params={"fieldManager": writer.field_manager, "force": "true"},
+        body=body,
+        content_type=APPLY_PATCH,
+    )
