@@ -197,3 +197,43 @@ def test_an_unreachable_cluster_is_one_line_and_status_1(
     assert done.stdout == ""
     assert done.stderr.startswith("joulie: ")
     assert "Traceback" not in done.stderr
+
+
+def test_energy_shows_the_managers_accounts_per_namespace_and_class(
+    cluster: LocalCluster, world: World
+) -> None:
+    # The accounts as the manager's leader leaves them (joulie.manager.energy_store's format).
+    accounts = {"team-a/standard": 2 * 3.6e6, "team-b/performance": 6 * 3.6e6}
+    with cluster.api() as api:
+        api.post(
+            f"/api/v1/namespaces/{world.namespace}/configmaps",
+            json={
+                "metadata": {"name": "joulie-energy-accounts"},
+                "data": {
+                    "accounts": json.dumps(accounts),
+                    "overhead": repr(2 * 3.6e6),
+                    "through": "1790000000.0",
+                },
+            },
+        ).raise_for_status()
+    args = ("--energy", "--manager-namespace", world.namespace)
+    done = status(cluster.admin_kubeconfig, *args, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["total_kwh"] == 10.0
+    assert [a["namespace"] for a in data["accounts"]] == ["team-b", "team-a"]
+    table = status(cluster.admin_kubeconfig, *args)
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert ["team-b", "performance", "6.000", "60.0", "%"] in rows
+    # Accounts someone broke are one line of error, not a traceback.
+    with cluster.api() as api:
+        api.patch(
+            f"/api/v1/namespaces/{world.namespace}/configmaps/joulie-energy-accounts",
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"data": {"overhead": "-1"}},
+        ).raise_for_status()
+    broken = status(cluster.admin_kubeconfig, *args)
+    assert broken.returncode == 1
+    assert broken.stderr.strip().count("\n") == 0
+    assert "energy accounts cannot be read" in broken.stderr

@@ -17,13 +17,19 @@ def add_parser(sub: Any) -> None:
     status.add_argument("--output", "-o", choices=("table", "json"), default="table")
     status.add_argument("--watch", "-w", action="store_true", help="redraw until interrupted")
     status.add_argument(
+        "--energy",
+        action="store_true",
+        help="energy used per namespace and workload class, from the manager's accounts",
+    )
+    status.add_argument(
         "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch: redraw period"
     )
     status.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG)")
     status.add_argument(
         "--manager-namespace",
         default="joulie-system",
-        help="where the manager's Lease is (twins are fresh only while it is renewed)",
+        help="where the manager's Lease is (twins are fresh only while it is renewed), and "
+        "its energy accounts",
     )
     status.add_argument(
         "--timeout",

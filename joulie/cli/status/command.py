@@ -13,10 +13,11 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 from joulie.api import keys
+from joulie.cli.status.energy import EnergyReport, energy_report, energy_table
 from joulie.cli.status.report import Report, build, table
 from joulie.cli.status.views import TwinView, twin_view
 from joulie.core.twin import lease_is_current
@@ -24,6 +25,7 @@ from joulie.kube.client import KubeClient
 from joulie.kube.informer import Informer, InformerBundle
 from joulie.kube.lease_watch import LeaseWatch
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
+from joulie.manager import energy_store
 
 NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
 UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
@@ -61,10 +63,49 @@ class StatusCaches(InformerBundle):
         )
 
 
-def render(report: Report, output: str) -> str:
+def render(report: Report | EnergyReport, output: str) -> str:
     if output == "json":
         return json.dumps(report.to_json(), indent=2)
+    if isinstance(report, EnergyReport):
+        return energy_table(report)
     return table(report)
+
+
+async def energy_accounts(client: KubeClient, namespace: str) -> EnergyReport:
+    """The manager's energy accounts (empty before its first write). ClusterError when they
+    cannot be read."""
+    from joulie.kube.client import ApiError
+    from joulie.kube.connection import ClusterError
+
+    try:
+        found = await client.request("GET", energy_store.path(namespace))
+    except ApiError as exc:
+        if exc.not_found:
+            return energy_report(energy_store.StoredTotals())
+        where = f"{namespace}/{energy_store.CONFIGMAP_NAME}"
+        problem = f"reading the energy accounts ({where}) failed: {exc}"
+        raise ClusterError(client.source, problem, config=False) from exc
+    data = found.get("data") if isinstance(found, dict) else None
+    try:
+        return energy_report(energy_store.parse(data if isinstance(data, dict) else {}))
+    except energy_store.UnusableStore as exc:
+        problem = f"the energy accounts cannot be read: {exc}"
+        raise ClusterError(client.source, problem, config=False) from exc
+
+
+async def _print_loop(
+    args: argparse.Namespace, out: TextIO, draw: Callable[[], Awaitable[str]]
+) -> None:
+    while True:
+        text = await draw()
+        if args.watch and args.output == "json":
+            text = json.dumps(json.loads(text))  # one document per line
+        elif args.watch and out.isatty():
+            text = CLEAR + text
+        print(text, file=out, flush=True)
+        if not args.watch:
+            return
+        await asyncio.sleep(args.interval)
 
 
 async def show(
@@ -78,6 +119,13 @@ async def show(
 
     stopping = asyncio.Event()
     async with await connect(args.kubeconfig, timeout=args.timeout) as client:
+        if getattr(args, "energy", False):
+
+            async def accounts() -> str:
+                return render(await energy_accounts(client, args.manager_namespace), args.output)
+
+            await _print_loop(args, out, accounts)
+            return
         caches = StatusCaches(client, args.manager_namespace)
         tasks = caches.start(stopping)
         try:
@@ -88,16 +136,11 @@ async def show(
                 client.host,
                 args.timeout,
             )
-            while True:
-                text = render(caches.report(clock()), args.output)
-                if args.watch and args.output == "json":
-                    text = json.dumps(json.loads(text))  # one document per line
-                elif args.watch and out.isatty():
-                    text = CLEAR + text
-                print(text, file=out, flush=True)
-                if not args.watch:
-                    return
-                await asyncio.sleep(args.interval)
+
+            async def nodes() -> str:
+                return render(caches.report(clock()), args.output)
+
+            await _print_loop(args, out, nodes)
         finally:
             stopping.set()
             for task in tasks:

@@ -1,0 +1,52 @@
+"""`joulie status --energy` as a reader sees it: the accounts largest first in kWh with their
+share, the overhead and the total, and the saving stated as not measured rather than shown."""
+
+from __future__ import annotations
+
+import json
+
+from joulie.cli.status.command import render
+from joulie.cli.status.energy import ROWS_SHOWN, energy_report
+from joulie.manager.energy_store import StoredTotals
+
+KWH = 3.6e6
+
+
+def totals() -> StoredTotals:
+    return StoredTotals(
+        accounts={"team-a/standard": 2 * KWH, "team-b/performance": 6 * KWH},
+        overhead=2 * KWH,
+        through=1_790_000_000.0,
+    )
+
+
+def test_the_table_lists_the_largest_consumer_first_with_its_share() -> None:
+    text = render(energy_report(totals()), "table")
+    lines = text.splitlines()
+    assert lines[0].endswith("through 2026-09-21T14:13:20Z")
+    rows = [line.split() for line in lines[2:4]]
+    assert rows[0] == ["team-b", "performance", "6.000", "60.0", "%"]
+    assert rows[1] == ["team-a", "standard", "2.000", "20.0", "%"]
+    assert "node overhead (no pod explains it): 2.000 kWh" in text
+    assert "total: 10.000 kWh" in text
+    assert "saved: not measured yet" in text
+
+
+def test_json_has_every_account_and_no_invented_saving() -> None:
+    data = json.loads(render(energy_report(totals()), "json"))
+    assert data["total_kwh"] == 10.0
+    assert data["accounts"][0] == {"namespace": "team-b", "class": "performance", "kwh": 6.0}
+    assert data["saved_kwh"] is None
+
+
+def test_a_long_list_is_cut_with_a_count_of_the_rest() -> None:
+    many = StoredTotals(accounts={f"ns-{i:03d}/standard": float(i + 1) for i in range(45)})
+    text = render(energy_report(many), "table")
+    assert f"... and {45 - ROWS_SHOWN} more accounts" in text
+    assert len(json.loads(render(energy_report(many), "json"))["accounts"]) == 45
+
+
+def test_before_the_first_reading_the_table_says_so() -> None:
+    text = render(energy_report(StoredTotals()), "table")
+    assert "no reading counted yet" in text
+    assert "total: 0.000 kWh" in text
