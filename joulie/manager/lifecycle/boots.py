@@ -22,7 +22,6 @@ and metrics.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -64,7 +63,8 @@ from joulie.manager.lifecycle.facts import (
     pending_demand,
     room,
 )
-from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
+from joulie.manager.lifecycle.isolation import one_node
+from joulie.manager.lifecycle.node_edits import NodeEdits
 
 log = structlog.get_logger("joulie.lifecycle")
 
@@ -263,19 +263,15 @@ class Boots:
     ) -> None:
         """One node's power-on; a failure of its writes is logged and counted, and the next pass
         tries again (the other nodes go on now)."""
-        try:
+
+        async def work() -> None:
             if node is not None:
                 # On the object before the power-on: a crash in between is a boot that never
                 # registers (its grace catches it), never a second power-on.
                 await self._edits.mark(node.name, Phase.BOOTING, now)
             await self._ask(request, node, flight, now)
-        except (NotPermitted, asyncio.CancelledError):
-            raise
-        except NodeGone:
-            pass
-        except Exception as exc:
-            metrics.NODE_ERRORS.inc()
-            log.warning("power-on step failed for a node", node=request.node, error=repr(exc))
+
+        await one_node(work, request.node or request.group, "power-on step")
 
     async def _ask(
         self,

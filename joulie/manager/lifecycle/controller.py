@@ -64,7 +64,8 @@ from joulie.manager.lifecycle.facts import (
     pending_could_use,
     pending_demand,
 )
-from joulie.manager.lifecycle.node_edits import NodeEdits, NodeGone
+from joulie.manager.lifecycle.isolation import one_node
+from joulie.manager.lifecycle.node_edits import NodeEdits
 from joulie.manager.lifecycle.report import Decision, Reporter
 from joulie.manager.lifecycle.steps import Steps
 
@@ -308,15 +309,8 @@ class LifecycleController:
         """One node's writes and actuator call. A failure (a refused patch, a timeout) is
         logged, counted and reported as an Event once; the next pass tries that node again, and
         the other nodes go on now."""
-        try:
-            await work()
-        except (NotPermitted, asyncio.CancelledError):
-            raise
-        except NodeGone:
-            pass
-        except Exception as exc:
-            metrics.NODE_ERRORS.inc()
-            log.warning("lifecycle step failed for a node", node=node.name, error=repr(exc))
+        exc = await one_node(work, node.name, "lifecycle step")
+        if exc is not None:
             detail = f"{type(exc).__name__}: {str(exc)[:200]}"
             await self._report(node, derived, action, "failed", detail, now)
 
