@@ -25,7 +25,7 @@ from pathlib import Path
 
 from joulie.core.power_model import Controls, GpuPowerSpec, board_steady
 from joulie.hardware.catalog import Catalog
-from joulie.sim.kwok_hardware import gpu_power_spec
+from joulie.hardware.power_spec import gpu_power_spec
 
 ZEUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "zeus"
 REACHES_THE_LIMIT = 0.8

@@ -11,13 +11,24 @@ multiplied by the node's sockets here, once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
-from joulie.api.telemetry import ControlRequest, CpuControl, GpuControl, HardwareSummary
+from joulie.api.telemetry import (
+    AppliedControls,
+    ControlRequest,
+    ControlResponse,
+    CpuControl,
+    GpuControl,
+    HardwareSummary,
+    Outcome,
+)
 from joulie.core.caps import EffectiveCap, spec_caps
+from joulie.core.power_model import Controls, NodePowerSpec
 
-__all__ = ["control_request"]
+__all__ = ["applied", "apply_control", "control_request", "controls_in_force"]
 
 
 def control_request(
@@ -65,3 +76,104 @@ def _cap_fields(cap: EffectiveCap | None, watts_field: str, scale: int) -> dict[
 
 def _preset_fields(preset: object | None) -> dict[str, Any]:
     return {"clear_preset": True} if preset is None else {"preset": preset}
+
+
+def apply_control(
+    name: str, spec: NodePowerSpec, controls: Controls, request: ControlRequest
+) -> tuple[Controls, ControlResponse]:
+    """The controls of a node after ``request``, and the answer to it: caps clamped into the
+    device range as the hardware would, presets set or cleared, GPU requests on a node without
+    GPUs answered unsupported. The KWOK service and the standalone engine both apply control
+    through here."""
+    response = ControlResponse(node=name, controls=applied(controls))
+    cpu_max = spec.cpu.max_w * spec.cpu.sockets
+    cpu_min = spec.cpu.min_cap_w * spec.cpu.sockets
+    if request.cpu is not None:
+        c = request.cpu
+        watts = c.cap_watts
+        if watts is None and c.cap_pct_of_max is not None:
+            watts = cpu_max * c.cap_pct_of_max / 100
+        if c.clear_cap:
+            controls = replace(controls, cpu_cap_w=None)
+            response.cpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+        elif watts is not None:
+            capped = min(max(watts, cpu_min), cpu_max)
+            controls = replace(controls, cpu_cap_w=capped)
+            response.cpu_cap = Outcome(
+                result=ControlResult.APPLIED,
+                message=_clamp_note(watts, capped, "CPU package cap"),
+            )
+        if c.clear_preset:
+            controls = replace(controls, cpu_preset=None)
+            response.cpu_governor = Outcome(result=ControlResult.RESTORED)
+        elif c.preset is not None:
+            controls = replace(controls, cpu_preset=c.preset.value)
+            response.cpu_governor = Outcome(
+                result=ControlResult.APPLIED, message=f"preset {c.preset.value}"
+            )
+    if request.gpu is not None:
+        gpu = spec.gpu
+        g = request.gpu
+        if gpu is None:
+            note = "this node has no GPU"
+            if g.clear_cap or g.cap_watts_per_gpu is not None or g.cap_pct_of_max is not None:
+                response.gpu_cap = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+            if g.clear_preset or g.preset is not None:
+                response.gpu_governor = Outcome(result=ControlResult.UNSUPPORTED, message=note)
+        else:
+            watts = g.cap_watts_per_gpu
+            if watts is None and g.cap_pct_of_max is not None:
+                watts = gpu.max_w * g.cap_pct_of_max / 100
+            if g.clear_cap:
+                controls = replace(controls, gpu_cap_w=None)
+                response.gpu_cap = Outcome(result=ControlResult.APPLIED, message="cap removed")
+            elif watts is not None:
+                capped = min(max(watts, gpu.min_cap_w), gpu.max_w)
+                controls = replace(controls, gpu_cap_w=capped)
+                response.gpu_cap = Outcome(
+                    result=ControlResult.APPLIED, message=_clamp_note(watts, capped, "GPU cap")
+                )
+            if g.clear_preset:
+                controls = replace(controls, gpu_preset=None, gpu_clock_ceiling_pct=None)
+                response.gpu_governor = Outcome(result=ControlResult.RESTORED)
+            elif g.preset is not None:
+                controls = replace(
+                    controls,
+                    gpu_preset=g.preset.value,
+                    gpu_clock_ceiling_pct=g.clock_ceiling_pct_of_max,
+                )
+                response.gpu_governor = Outcome(
+                    result=ControlResult.APPLIED, message=f"preset {g.preset.value}"
+                )
+    response.controls = applied(controls)
+    return controls, response
+
+
+def applied(controls: Controls) -> AppliedControls:
+    return AppliedControls(
+        cpu_cap_watts=controls.cpu_cap_w,
+        cpu_preset=controls.cpu_preset,
+        gpu_cap_watts_per_gpu=controls.gpu_cap_w,
+        gpu_preset=controls.gpu_preset,
+        gpu_clock_ceiling_pct_of_max=controls.gpu_clock_ceiling_pct,
+    )
+
+
+def _clamp_note(asked: float, got: float, what: str) -> str:
+    if abs(asked - got) < 1e-9:
+        return f"{what} {got:.0f} W"
+    return f"{what} {asked:.0f} W clamped to the device range: {got:.0f} W"
+
+
+def controls_in_force(
+    spec: NodeTwinSpec,
+    power: NodePowerSpec,
+    hardware: HardwareSummary,
+    *,
+    governor_writes: bool = True,
+) -> Controls:
+    """The controls a node of this power spec runs under once ``spec`` is in force (from an
+    uncontrolled node): the request :func:`control_request` sends, applied as the hardware
+    applies it."""
+    request = control_request(spec, hardware, governor_writes=governor_writes)
+    return apply_control("", power, Controls(), request)[0]

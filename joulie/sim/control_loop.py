@@ -25,7 +25,7 @@ import numpy as np
 from joulie.api.enums import Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import ControlRequest
-from joulie.core.enforcement import control_request
+from joulie.core.enforcement import apply_control, control_request
 from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
 from joulie.core.policies import PlanNode, PolicyInputs, Reads, plan, policy_of, values_of
 from joulie.core.power_model import Controls
@@ -42,7 +42,6 @@ from joulie.core.twin import (
 )
 from joulie.sim.cluster import Cluster
 from joulie.sim.fleet import Fleet
-from joulie.sim.kwok_hardware import apply_control
 from joulie.sim.placement import Scheduler
 
 __all__ = ["POWER_SOURCE", "ControlLoop"]
