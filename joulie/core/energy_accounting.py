@@ -18,18 +18,21 @@ holds this). The equal weights of CPU, memory and GPUs in the idle share are an 
 published split of a server's idle power by resource applies to every node.
 
 **The counterfactual** is the same work in the performance profile (no cap, no clock ceiling):
-the pod's share of the idle draw plus its marginal power in that profile, for the time the same
-work would take there (the interval times the pod's speed now over its speed uncapped, from the
-power model). ``saved_j`` is that less what was attributed; it is negative where a cap cost more
-energy than it saved (a cap below a board's energy-optimal point does that).
+the power model's energy for the pod's work there over its energy under the controls in force
+(``core.energy_counterfactual``), a factor applied to the pod's measured part. ``saved_j`` is
+that part times the factor less one: what the same work would have drawn more without the
+controls, negative where they cost energy (a cap below a board's energy-optimal point does
+that). Only a ratio comes from the model, so a node without controls saves exactly nothing and
+a model that is off by a constant factor in watts does not change the saving.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Attribution", "NodeInterval", "PodUse", "attribute"]
+__all__ = ["Attribution", "NodeInterval", "PodUse", "attribute", "resource_share"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +49,9 @@ class PodUse:
     """Its GPUs over the node's GPUs (0-1; 0 on a node without GPUs)."""
     marginal_w: float = 0.0
     """Its modelled marginal power under the node's controls now."""
-    performance_w: float | None = None
-    """Its modelled marginal power in the performance profile; None: as now (nothing saved)."""
-    speed_ratio: float = 1.0
-    """Its speed now over its speed in the performance profile (1: the controls do not slow
-    it)."""
+    counterfactual: float = 1.0
+    """The energy of its work in the performance profile over its energy now (1: the controls
+    change nothing; see ``core.energy_counterfactual``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,6 @@ class NodeInterval:
     idle_w: float
     """What the node draws with nothing running, under the controls of the interval."""
     has_gpus: bool = False
-    performance_idle_w: float | None = None
-    """Its idle draw in the performance profile; None: as now."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,14 @@ class Attribution:
     """Joules per account."""
     saved_j: Mapping[str, float] = field(default_factory=dict)
     """Joules per account the same work would have drawn more in the performance profile
-    (negative: it drew more under Joulie's controls)."""
+    (negative: it drew more under Joulie's controls); every account with a pod is present."""
     overhead_j: float = 0.0
     """Measured energy no pod explains (idle capacity nobody asked for, unmodelled draw)."""
 
 
-def _share(pod: PodUse, has_gpus: bool) -> float:
+def resource_share(pod: PodUse, has_gpus: bool) -> float:
+    """The pod's share of the node's resources: the mean of its CPU, memory and (on a GPU node)
+    GPU shares; what its share of the idle draw is, before any over-commit is scaled away."""
     parts = [_unit(pod.cpu_share), _unit(pod.memory_share)]
     if has_gpus:
         parts.append(_unit(pod.gpu_share))
@@ -93,7 +94,7 @@ def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
     seconds = max(0.0, node.seconds)
     idle = min(energy, max(0.0, node.idle_w) * seconds)
     dynamic = energy - idle
-    shares = [_share(p, node.has_gpus) for p in pods]
+    shares = [resource_share(p, node.has_gpus) for p in pods]
     total_share = sum(shares)
     if total_share > 1.0:
         # Requests cannot exceed allocatable; a node over-committed by hand still conserves.
@@ -108,10 +109,6 @@ def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
         part = idle * share + dyn * scale
         used[pod.account] = used.get(pod.account, 0.0) + part
         booked += part
-        if pod.performance_w is None:
-            continue
-        idle_w = node.performance_idle_w if node.performance_idle_w is not None else node.idle_w
-        ratio = max(0.0, pod.speed_ratio)
-        would = (max(0.0, idle_w) * share + max(0.0, pod.performance_w)) * seconds * ratio
-        saved[pod.account] = saved.get(pod.account, 0.0) + would - part
+        factor = pod.counterfactual if math.isfinite(pod.counterfactual) else 1.0
+        saved[pod.account] = saved.get(pod.account, 0.0) + part * (max(0.0, factor) - 1.0)
     return Attribution(used, saved, energy - booked)

@@ -1,6 +1,6 @@
 """Where the energy accounts outlive a process: ONE ConfigMap, ``joulie-energy-accounts`` in the
-manager's namespace, holding every account's total, the overhead and the time of the last
-reading counted.
+manager's namespace, holding every account's total, what it saved and lost, the overhead and the
+time of the last reading counted.
 
 One object for the whole cluster, written by the leader at most once a minute (and as its term
 ends), so accounting costs no API write per pod or per node. The write goes through the
@@ -27,8 +27,8 @@ from joulie.kube.writes import Writer
 __all__ = ["CONFIGMAP_NAME", "StoredTotals", "UnusableStore", "load", "save"]
 
 CONFIGMAP_NAME: Final = "joulie-energy-accounts"
-MAX_STORED_BYTES: Final = 900 * 1024
-"""A ConfigMap holds at most 1 MiB; 5,000 accounts of the longest names stay below this."""
+MAX_STORED_BYTES: Final = 300 * 1024
+"""Per field (used, saved, lost): a ConfigMap holds at most 1 MiB in all."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class StoredTotals:
     """Joules no pod explains."""
     through: float = 0.0
     """Epoch seconds of the last reading counted (0: none)."""
+    saved: Mapping[str, float] = field(default_factory=dict)
+    """Joules per account the same work would have drawn more without Joulie's controls."""
+    lost: Mapping[str, float] = field(default_factory=dict)
+    """Joules per account Joulie's controls cost (the net saving is saved less lost)."""
 
 
 class UnusableStore(ValueError):
@@ -61,27 +65,34 @@ def _joules(value: Any, what: str) -> float:
     return joules
 
 
-def parse(data: Mapping[str, Any]) -> StoredTotals:
-    """The totals in a ConfigMap's ``data``; raises :class:`UnusableStore` naming what is wrong."""
-    raw = data.get("accounts", "{}")
+def _accounts(data: Mapping[str, Any], name: str) -> dict[str, float]:
+    raw = data.get(name, "{}")
     if not isinstance(raw, str) or len(raw) > MAX_STORED_BYTES:
-        raise UnusableStore(f"accounts is not a JSON text of at most {MAX_STORED_BYTES} bytes")
+        raise UnusableStore(f"{name} is not a JSON text of at most {MAX_STORED_BYTES} bytes")
     try:
         decoded = json.loads(raw)
     except ValueError as exc:
-        raise UnusableStore(f"accounts is not JSON: {exc}") from None
+        raise UnusableStore(f"{name} is not JSON: {exc}") from None
     if not isinstance(decoded, dict):
-        raise UnusableStore("accounts is not a JSON object {account: joules}")
+        raise UnusableStore(f"{name} is not a JSON object {{account: joules}}")
     accounts = {}
     for key, value in decoded.items():
         namespace, _, workload_class = key.rpartition("/")
         if not namespace or not workload_class:
-            raise UnusableStore(f"account {key!r} is not <namespace>/<class>")
-        accounts[key] = _joules(value, f"account {key!r}")
+            raise UnusableStore(f"{name}: account {key!r} is not <namespace>/<class>")
+        accounts[key] = _joules(value, f"{name}: account {key!r}")
+    return accounts
+
+
+def parse(data: Mapping[str, Any]) -> StoredTotals:
+    """The totals in a ConfigMap's ``data``; raises :class:`UnusableStore` naming what is wrong.
+    Totals written before the saving was counted have no ``saved`` or ``lost``: none yet."""
     return StoredTotals(
-        accounts,
+        _accounts(data, "accounts"),
         _joules(data.get("overhead", 0), "overhead"),
         _joules(data.get("through", 0), "through"),
+        _accounts(data, "saved"),
+        _accounts(data, "lost"),
     )
 
 
@@ -99,12 +110,18 @@ async def load(writer: Writer, namespace: str) -> StoredTotals:
     return parse(data if isinstance(data, Mapping) else {})
 
 
+def _encoded(accounts: Mapping[str, float]) -> str:
+    return json.dumps(dict(sorted(accounts.items())), separators=(",", ":"))
+
+
 def encode(totals: StoredTotals) -> dict[str, str]:
     # repr-exact floats: a restart continues from exactly what was counted.
     return {
-        "accounts": json.dumps(dict(sorted(totals.accounts.items())), separators=(",", ":")),
+        "accounts": _encoded(totals.accounts),
         "overhead": repr(float(totals.overhead)),
         "through": repr(float(totals.through)),
+        "saved": _encoded(totals.saved),
+        "lost": _encoded(totals.lost),
     }
 
 

@@ -18,10 +18,14 @@ import structlog
 
 from joulie.api import keys
 from joulie.api.selector import parse_selector
+from joulie.api.telemetry import HardwareSummary
+from joulie.core.enforcement import controls_in_force
 from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_twin_spec
 from joulie.core.policies import Plan, PlanNode, plan
+from joulie.core.power_model import Controls, NodePowerSpec
 from joulie.core.twin import TwinHardware
 from joulie.hardware.catalog import Catalog
+from joulie.hardware.power_spec import power_spec
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.unknown_models import WARNED, Kind, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
@@ -45,6 +49,10 @@ class NodeMemo:
     twin_hardware: TwinHardware | None = None
     verified: tuple[Any, ...] = ()
     """The inputs last found to need no write (see ``NodeWriter.write``)."""
+    power: tuple[NodePowerSpec, HardwareSummary] | None = None
+    """The power model of the node's hardware (from ``view``) and its summary."""
+    controls: tuple[NodeIntent, Controls] | None = None
+    """The controls ``intent`` puts in force, and the intent they were computed from."""
 
 
 class Planned(NamedTuple):
@@ -112,6 +120,7 @@ class Planner:
             # Everything derived from the node or its hardware is stale now.
             memo.node, memo.hardware = node, facts
             memo.intent = memo.twin_hardware = None
+            memo.power = memo.controls = None
             self._views_changed = True
         return memo
 
@@ -119,6 +128,27 @@ class Planner:
         view = self.current(node, facts).view
         assert view is not None
         return view
+
+    def power_model(self, name: str) -> tuple[NodePowerSpec, Controls] | None:
+        """The node's power model and the controls its last intent puts in force (none when it
+        is not managed: it runs uncontrolled); None for a node the planner has not seen. Built
+        once per hardware view and per intent."""
+        memo = self.memos.get(name)
+        if memo is None or memo.view is None:
+            return None
+        if memo.power is None:
+            memo.power = power_spec(memo.view, self.catalog)
+        spec, summary = memo.power
+        intent = memo.intent
+        if intent is None:
+            return spec, Controls()
+        if memo.controls is None or memo.controls[0] is not intent:
+            try:
+                controls = controls_in_force(intent.spec, spec, summary)
+            except ValueError:  # a preset the power model does not know: judged uncontrolled
+                controls = Controls()
+            memo.controls = (intent, controls)
+        return spec, memo.controls[1]
 
     def planned(self) -> Planned:
         """The plan for the eligible nodes from the caches, before anything is written (the

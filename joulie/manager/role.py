@@ -174,6 +174,7 @@ class ManagerRole:
             self._namespace,
             settings.reconcile_interval,
             settings.energy_accounts_max,
+            models=self._planner.power_model,
         )
         self.controller = Controller(
             settings.reconcile_interval,

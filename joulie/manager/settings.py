@@ -281,10 +281,11 @@ class ManagerSettings(_PolicyParameters):
     """Readings within this span of the newest give a node's power trend (W/min)."""
 
     # -- energy accounting --------------------------------------------------------------------
-    energy_accounts_max: Annotated[int, Field(ge=1, le=5000)] = 500
-    """Energy accounts (namespace and workload class) kept as metric series and in the
-    joulie-energy-accounts ConfigMap; past it, the energy of a namespace not yet accounted is
-    booked to namespace "other"."""
+    energy_accounts_max: Annotated[int, Field(ge=1, le=2000)] = 500
+    """Energy accounts (namespace and workload class) kept as metric series (used, saved and
+    lost) and in the joulie-energy-accounts ConfigMap (at most 2,000: three fields of them fit
+    the ConfigMap's 1 MiB); past it, the energy of a namespace not yet accounted is booked to
+    namespace "other"."""
 
     # -- facility -----------------------------------------------------------------------------
     enable_facility_metrics: bool = False

@@ -46,26 +46,21 @@ def test_the_dynamic_draw_follows_the_modelled_marginal_power() -> None:
     assert less.overhead_j == pytest.approx(100.0 * HOUR)
 
 
-def test_the_saving_is_against_the_same_work_in_the_performance_profile() -> None:
-    # A capped pod draws 150 W instead of 250 W and runs at 0.8 of its uncapped speed: the same
-    # work uncapped takes 0.8 h at 250 W plus its idle share.
+def test_the_saving_scales_the_measured_part_by_the_modelled_factor() -> None:
+    # The model says the same work uncapped would draw 1.25 times the energy: the pod saved a
+    # quarter of what it was measured to use.
     node = NodeInterval(energy_j=350.0 * HOUR, seconds=HOUR, idle_w=200.0, has_gpus=True)
-    pod = PodUse(
-        "ml/standard",
-        cpu_share=0.5,
-        memory_share=0.5,
-        gpu_share=0.5,
-        marginal_w=150.0,
-        performance_w=250.0,
-        speed_ratio=0.8,
-    )
+    pod = PodUse("ml/standard", 0.5, 0.5, 0.5, marginal_w=150.0, counterfactual=1.25)
     result = attribute(node, [pod])
     used = (200.0 * 0.5 + 150.0) * HOUR
     assert result.used_j["ml/standard"] == pytest.approx(used)
-    assert result.saved_j["ml/standard"] == pytest.approx((100.0 + 250.0) * 0.8 * HOUR - used)
-    # A cap that slows work more than it lowers the draw saves nothing: the saving is negative.
-    slow = attribute(node, [PodUse("x", 0.5, 0.5, 0.5, 150.0, 250.0, speed_ratio=0.5)])
-    assert slow.saved_j["x"] < 0
+    assert result.saved_j["ml/standard"] == pytest.approx(0.25 * used)
+    # A cap that costs energy (below the board's energy-optimal point) shows as negative.
+    costly = attribute(node, [PodUse("x", 0.5, 0.5, 0.5, 150.0, counterfactual=0.8)])
+    assert costly.saved_j["x"] < 0
+    # No controls, nothing saved, whatever the model's watts.
+    plain = attribute(node, [PodUse("y", 0.5, 0.5, 0.5, 999.0)])
+    assert plain.saved_j == {"y": 0.0}
 
 
 _pods = st.lists(

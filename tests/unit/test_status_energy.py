@@ -1,5 +1,5 @@
 """`joulie status --energy` as a reader sees it: the accounts largest first in kWh with their
-share, the overhead and the total, and the saving stated as not measured rather than shown."""
+share and net saving, the overhead, the total and the cluster's saving."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ def totals() -> StoredTotals:
         accounts={"team-a/standard": 2 * KWH, "team-b/performance": 6 * KWH},
         overhead=2 * KWH,
         through=1_790_000_000.0,
+        # team-a's capped work saved 1 kWh gross and its controls cost 0.5 elsewhere: net 0.5.
+        saved={"team-a/standard": 1.0 * KWH},
+        lost={"team-a/standard": 0.5 * KWH},
     )
 
 
@@ -25,18 +28,25 @@ def test_the_table_lists_the_largest_consumer_first_with_its_share() -> None:
     lines = text.splitlines()
     assert lines[0].endswith("through 2026-09-21T14:13:20Z")
     rows = [line.split() for line in lines[2:4]]
-    assert rows[0] == ["team-b", "performance", "6.000", "60.0", "%"]
-    assert rows[1] == ["team-a", "standard", "2.000", "20.0", "%"]
+    assert rows[0] == ["team-b", "performance", "6.000", "60.0", "%", "0.000", "0.0", "%"]
+    # 0.5 kWh net of the 2.5 the same work would have drawn without the controls: 20 %.
+    assert rows[1] == ["team-a", "standard", "2.000", "20.0", "%", "0.500", "20.0", "%"]
     assert "node overhead (no pod explains it): 2.000 kWh" in text
     assert "total: 10.000 kWh" in text
-    assert "saved: not measured yet" in text
+    assert "saved: 0.500 kWh (5.9 % of what the same work would have drawn" in text
 
 
-def test_json_has_every_account_and_no_invented_saving() -> None:
+def test_json_has_every_account_with_its_net_saving() -> None:
     data = json.loads(render(energy_report(totals()), "json"))
     assert data["total_kwh"] == 10.0
-    assert data["accounts"][0] == {"namespace": "team-b", "class": "performance", "kwh": 6.0}
-    assert data["saved_kwh"] is None
+    assert data["accounts"][1] == {
+        "namespace": "team-a",
+        "class": "standard",
+        "kwh": 2.0,
+        "saved_kwh": 0.5,
+        "saved_pct": 20.0,
+    }
+    assert data["saved_kwh"] == 0.5
 
 
 def test_a_long_list_is_cut_with_a_count_of_the_rest() -> None:

@@ -3,8 +3,10 @@
 The accounts are one ConfigMap the manager's leader keeps (``joulie.manager.energy_store``), so
 this is one GET, never a request per node or pod. They hold joules per namespace and workload
 class since the manager began counting, the energy no pod explains (node overhead), and the
-time of the last reading counted. The saving is not in them yet: the manager does not model
-each node's draw in the performance profile, so the table says so instead of showing a figure.
+time of the last reading counted, and per account the energy the same work would have drawn
+more without Joulie's controls (saved) and what the controls cost (lost). The saving shown is
+the net (saved less lost), and its share is of what the work would have drawn without the
+controls (used plus net saved). How the manager arrives at it: ``joulie.manager.energy``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from typing import Any
 
 from joulie.manager.energy_store import StoredTotals
 
-__all__ = ["EnergyReport", "energy_report", "energy_table"]
+__all__ = ["Account", "EnergyReport", "energy_report", "energy_table"]
 
 JOULES_PER_KWH = 3.6e6
 ROWS_SHOWN = 30
 """Accounts in the table, largest first; the rest are counted in one line (JSON has all)."""
-NOT_MEASURED = "not measured yet (the manager does not model each node's performance draw)"
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class Account:
     namespace: str
     workload_class: str
     kwh: float
+    saved_kwh: float = 0.0
+    """Net: what the same work would have drawn more without the controls, less what they cost."""
+
+    @property
+    def saved_pct(self) -> float | None:
+        return _pct(self.saved_kwh, self.kwh)
 
 
 @dataclass(frozen=True)
@@ -42,25 +49,48 @@ class EnergyReport:
     def total_kwh(self) -> float:
         return sum(a.kwh for a in self.accounts) + self.overhead_kwh
 
+    @property
+    def saved_kwh(self) -> float:
+        return sum(a.saved_kwh for a in self.accounts)
+
+    @property
+    def saved_pct(self) -> float | None:
+        return _pct(self.saved_kwh, sum(a.kwh for a in self.accounts))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "through": _when(self.through),
             "accounts": [
-                {"namespace": a.namespace, "class": a.workload_class, "kwh": a.kwh}
+                {
+                    "namespace": a.namespace,
+                    "class": a.workload_class,
+                    "kwh": a.kwh,
+                    "saved_kwh": a.saved_kwh,
+                    "saved_pct": a.saved_pct,
+                }
                 for a in self.accounts
             ],
             "overhead_kwh": self.overhead_kwh,
             "total_kwh": self.total_kwh,
-            "saved_kwh": None,
-            "saved": NOT_MEASURED,
+            "saved_kwh": self.saved_kwh,
+            "saved_pct": self.saved_pct,
         }
+
+
+def _pct(saved: float, used: float) -> float | None:
+    """The saving as a share of what the work would have drawn without the controls."""
+    without = used + saved
+    return 100.0 * saved / without if without > 0 else None
 
 
 def energy_report(totals: StoredTotals) -> EnergyReport:
     accounts = []
     for key, joules in totals.accounts.items():
         namespace, _, workload_class = key.rpartition("/")
-        accounts.append(Account(namespace, workload_class, joules / JOULES_PER_KWH))
+        net = totals.saved.get(key, 0.0) - totals.lost.get(key, 0.0)
+        accounts.append(
+            Account(namespace, workload_class, joules / JOULES_PER_KWH, net / JOULES_PER_KWH)
+        )
     accounts.sort(key=lambda a: (-a.kwh, a.namespace, a.workload_class))
     return EnergyReport(tuple(accounts), totals.overhead / JOULES_PER_KWH, totals.through)
 
@@ -75,11 +105,20 @@ def energy_table(report: EnergyReport) -> str:
     total = report.total_kwh
     through = _when(report.through) or "no reading counted yet"
     lines = [f"energy used since the manager began counting, through {through}"]
-    rows = [["NAMESPACE", "CLASS", "kWh", "SHARE"]]
+    rows = [["NAMESPACE", "CLASS", "kWh", "SHARE", "SAVED kWh", "SAVED"]]
     for account in report.accounts[:ROWS_SHOWN]:
         share = f"{100.0 * account.kwh / total:.1f} %" if total > 0 else "-"
-        rows.append([account.namespace, account.workload_class, f"{account.kwh:.3f}", share])
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        rows.append(
+            [
+                account.namespace,
+                account.workload_class,
+                f"{account.kwh:.3f}",
+                share,
+                f"{account.saved_kwh:.3f}",
+                _shown(account.saved_pct),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append(
             "  ".join(
@@ -92,5 +131,12 @@ def energy_table(report: EnergyReport) -> str:
         lines.append(f"... and {hidden} more accounts (-o json lists them all)")
     lines.append(f"node overhead (no pod explains it): {report.overhead_kwh:.3f} kWh")
     lines.append(f"total: {total:.3f} kWh")
-    lines.append(f"saved: {NOT_MEASURED}")
+    lines.append(
+        f"saved: {report.saved_kwh:.3f} kWh ({_shown(report.saved_pct)} of what the same work "
+        "would have drawn without Joulie's controls, by the power model's ratio)"
+    )
     return "\n".join(lines)
+
+
+def _shown(pct: float | None) -> str:
+    return "-" if pct is None else f"{pct:.1f} %"
