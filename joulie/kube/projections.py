@@ -66,6 +66,8 @@ class SlimPod:
     unschedulable: bool = False
     """A scheduler tried and found no node for it (PodScheduled False, reason Unschedulable):
     what cluster-autoscaler scales up for, and the lifecycle boots for."""
+    pod_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the PodGroup (gang) it belongs to ("" for none)."""
 
     @property
     def key(self) -> str:
@@ -179,6 +181,12 @@ def _unschedulable(status: Mapping[str, Any]) -> bool:
     )
 
 
+def _pod_group(spec: Mapping[str, Any]) -> str:
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return _intern(name) if isinstance(name, str) else ""
+
+
 def pod_projection(
     annotation_keys: Iterable[str] = (),
     label_keys: Iterable[str] = (),
@@ -214,6 +222,7 @@ def pod_projection(
             gpu_resource=_intern(gpu_resource(raw)) if gpu_resource is not None else "",
             memory_bytes=_request(spec, "memory", 1),
             unschedulable=not spec.get("nodeName") and _unschedulable(status),
+            pod_group=_pod_group(spec),
         )
 
     return project

@@ -76,6 +76,7 @@ from joulie.kube.projections import SlimNode, SlimPod
 from joulie.kube.writes import NotPermitted, Writer
 from joulie.manager import energy_store
 from joulie.manager.cache import ClusterCache
+from joulie.manager.energy_groups import GroupAccounts
 from joulie.manager.lifecycle.facts import room
 from joulie.manager.power import PowerReading
 
@@ -90,6 +91,11 @@ WRITE_EVERY_S: Final = 60.0
 END_OF_TERM_WRITE_S: Final = 5.0
 """How long the last write of a term may hold up the hand-over of the Lease."""
 OTHER_NAMESPACE: Final = "other"
+GROUP_SEPARATOR: Final = "\t"
+"""Between a pod's class account and its PodGroup in the attribution's account key (a tab is in
+no Kubernetes name)."""
+DEFAULT_GROUPS: Final = 200
+"""PodGroups kept when the caller does not say (ENERGY_PODGROUPS_MAX's default)."""
 FACTORS_CACHED: Final = 16_384
 """Nodes' (hardware, controls, pods) whose saving factors are kept (a bounded cache)."""
 _GIB: Final = float(2**30)
@@ -179,6 +185,8 @@ def pod_uses(
     for pod in pods:
         account = account_of(pod)
         performance = account.endswith("/" + WorkloadClass.PERFORMANCE.value)
+        if pod.pod_group:
+            account += GROUP_SEPARATOR + pod.pod_group
         cores = pod.cpu_millis / 1000
         if cores <= 0:
             # The extender's estimate assumes a pod asking for no CPU uses some; so does this.
@@ -235,6 +243,7 @@ class EnergyAccountant:
         counters: EnergyCounters | None = None,
         clock: Callable[[], float] = time.monotonic,
         models: Callable[[str], NodeModel | None] = lambda _: None,
+        groups: GroupAccounts | None = None,
     ) -> None:
         self._cache = cache
         self._writer = writer
@@ -245,6 +254,7 @@ class EnergyAccountant:
         self._clock = clock
         self._models = models
         """Per node, its power model and controls (the planner's); None: nothing is saved."""
+        self._groups = groups if groups is not None else GroupAccounts(DEFAULT_GROUPS)
         self._totals = _Totals()
         """What the counters hold (the process's own figures, which a restore only raises)."""
         self._idle: dict[str, float] = {}
@@ -259,7 +269,12 @@ class EnergyAccountant:
     def totals(self) -> energy_store.StoredTotals:
         t = self._totals
         return energy_store.StoredTotals(
-            dict(t.accounts), t.overhead, t.through, dict(t.saved), dict(t.lost)
+            dict(t.accounts),
+            t.overhead,
+            t.through,
+            dict(t.saved),
+            dict(t.lost),
+            tuple(self._groups.items()),
         )
 
     def new_term(self) -> None:
@@ -350,14 +365,20 @@ class EnergyAccountant:
 
     def _book(self, split: Attribution) -> None:
         # In name order: which new namespace the cap folds away does not depend on pod order.
-        for account, joules in sorted(split.used_j.items()):
-            self._add(account, joules)
-        for account, joules in sorted(split.saved_j.items()):
-            self._add(account, abs(joules), "saved" if joules > 0 else "lost")
+        for key, joules in sorted(split.used_j.items()):
+            self._add_with_group(key, "used", joules)
+        for key, joules in sorted(split.saved_j.items()):
+            self._add_with_group(key, "saved" if joules > 0 else "lost", abs(joules))
         # The split conserves energy to rounding; a counter never goes down.
         overhead = max(0.0, split.overhead_j)
         self._totals.overhead += overhead
         self._counters.overhead.inc(overhead)
+
+    def _add_with_group(self, key: str, kind: str, joules: float) -> None:
+        account, _, group = key.partition(GROUP_SEPARATOR)
+        self._add(account, joules, kind)
+        if group:
+            self._groups.add(f"{account.rsplit('/', 1)[0]}/{group}", kind, joules)
 
     # --- persistence ------------------------------------------------------------------------
 
@@ -386,6 +407,7 @@ class EnergyAccountant:
         ):
             for account, joules in read.items():
                 self._add(account, joules - have.get(account, 0.0), kind)
+        self._groups.restore(stored.groups)
         self._book(Attribution(overhead_j=stored.overhead - self._totals.overhead))
         self._totals.through = max(self._totals.through, stored.through)
         self._not_before = self._totals.through

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -27,8 +27,9 @@ from joulie.kube.writes import Writer
 __all__ = ["CONFIGMAP_NAME", "StoredTotals", "UnusableStore", "load", "save"]
 
 CONFIGMAP_NAME: Final = "joulie-energy-accounts"
-MAX_STORED_BYTES: Final = 300 * 1024
-"""Per field (used, saved, lost): a ConfigMap holds at most 1 MiB in all."""
+MAX_STORED_BYTES: Final = 240 * 1024
+"""Per field (used, saved, lost, podgroups): a ConfigMap holds at most 1 MiB in all. 2,000
+accounts or 500 PodGroups of the longest names fit."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class StoredTotals:
     """Joules per account the same work would have drawn more without Joulie's controls."""
     lost: Mapping[str, float] = field(default_factory=dict)
     """Joules per account Joulie's controls cost (the net saving is saved less lost)."""
+    groups: Sequence[tuple[str, tuple[float, float, float]]] = ()
+    """Per PodGroup ("<namespace>/<podgroup>"), joules used, saved and lost; booked longest
+    ago first."""
 
 
 class UnusableStore(ValueError):
@@ -93,7 +97,31 @@ def parse(data: Mapping[str, Any]) -> StoredTotals:
         _joules(data.get("through", 0), "through"),
         _accounts(data, "saved"),
         _accounts(data, "lost"),
+        tuple(_groups(data)),
     )
+
+
+def _groups(data: Mapping[str, Any]) -> list[tuple[str, tuple[float, float, float]]]:
+    raw = data.get("podgroups", "[]")
+    if not isinstance(raw, str) or len(raw) > MAX_STORED_BYTES:
+        raise UnusableStore(f"podgroups is not a JSON text of at most {MAX_STORED_BYTES} bytes")
+    try:
+        decoded = json.loads(raw)
+    except ValueError as exc:
+        raise UnusableStore(f"podgroups is not JSON: {exc}") from None
+    if not isinstance(decoded, list):
+        raise UnusableStore("podgroups is not a JSON list of [group, used, saved, lost]")
+    groups = []
+    for entry in decoded:
+        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], str)):
+            raise UnusableStore(f"podgroups entry {entry!r} is not [group, used, saved, lost]")
+        group = entry[0]
+        namespace, _, name = group.partition("/")
+        if not namespace or not name:
+            raise UnusableStore(f"podgroups: {group!r} is not <namespace>/<podgroup>")
+        used, saved, lost = (_joules(v, f"podgroups: {group!r}") for v in entry[1:])
+        groups.append((group, (used, saved, lost)))
+    return groups
 
 
 async def load(writer: Writer, namespace: str) -> StoredTotals:
@@ -122,6 +150,9 @@ def encode(totals: StoredTotals) -> dict[str, str]:
         "through": repr(float(totals.through)),
         "saved": _encoded(totals.saved),
         "lost": _encoded(totals.lost),
+        "podgroups": json.dumps(
+            [[group, *values] for group, values in totals.groups], separators=(",", ":")
+        ),
     }
 
 

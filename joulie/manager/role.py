@@ -34,6 +34,7 @@ from joulie.kube.writes import Writer
 from joulie.manager.cache import ClusterCache
 from joulie.manager.controller import Controller
 from joulie.manager.energy import EnergyAccountant
+from joulie.manager.energy_groups import GroupAccounts
 from joulie.manager.facility import FacilityPoller
 from joulie.manager.failures import NodeFailures
 from joulie.manager.lifecycle.build import build_lifecycle, node_leases
@@ -175,6 +176,7 @@ class ManagerRole:
             settings.reconcile_interval,
             settings.energy_accounts_max,
             models=self._planner.power_model,
+            groups=GroupAccounts(settings.energy_podgroups_max),
         )
         self.controller = Controller(
             settings.reconcile_interval,

@@ -286,6 +286,10 @@ class ManagerSettings(_PolicyParameters):
     lost) and in the joulie-energy-accounts ConfigMap (at most 2,000: three fields of them fit
     the ConfigMap's 1 MiB); past it, the energy of a namespace not yet accounted is booked to
     namespace "other"."""
+    energy_podgroups_max: Annotated[int, Field(ge=0, le=500)] = 200
+    """PodGroups whose energy is kept (used, saved, lost per namespace and PodGroup, as metric
+    series and in the joulie-energy-accounts ConfigMap): the ones booked most recently; past it
+    the group booked longest ago is dropped with its series. 0 keeps none."""
 
     # -- facility -----------------------------------------------------------------------------
     enable_facility_metrics: bool = False

@@ -22,6 +22,7 @@ from joulie.kube.writes import Writer
 from joulie.manager import energy_store
 from joulie.manager.cache import ClusterCache
 from joulie.manager.energy import EnergyAccountant, EnergyCounters, NodeModel, pod_uses
+from joulie.manager.energy_groups import GroupAccounts, GroupCounters
 from joulie.manager.power import NodePower, PowerReading
 from tests.support import builders
 
@@ -50,9 +51,10 @@ class StoringApi:
 def cache_with(
     pods: list[tuple[str, str, dict[str, str], str | None]],
     allocatable: dict[str, str] | None = None,
+    groups: dict[str, str] | None = None,
 ) -> ClusterCache:
     """Node n1 (4 CPUs, 8 GiB unless ``allocatable`` says otherwise) with ``pods``: (namespace,
-    name, requests, workload class)."""
+    name, requests, workload class); ``groups`` names the PodGroup of a pod by its name."""
     cache = ClusterCache(cast(KubeClient, StoringApi()), "joulie-manager", lambda: None)
     offered = allocatable or {"cpu": "4", "memory": "8Gi"}
     node = builders.node("n1", rv=1, allocatable=offered)
@@ -68,6 +70,9 @@ def cache_with(
             uid=f"uid-{name}",
             annotations=annotations,
             containers=[builders.container(requests)],
+            spec={"schedulingGroup": {"podGroupName": groups[name]}}
+            if groups and name in groups
+            else None,
         )
         cache.pods._apply({"type": "ADDED", "object": pod})
     return cache
@@ -84,6 +89,7 @@ class Accounts:
         api: StoringApi | None = None,
         max_accounts: int = 500,
         models: Callable[[str], NodeModel | None] = lambda _: None,
+        max_groups: int = 200,
     ) -> None:
         self.api = api or StoringApi()
         self.registry = CollectorRegistry()
@@ -97,6 +103,7 @@ class Accounts:
             EnergyCounters.registered(self.registry),
             clock=lambda: self.now,
             models=models,
+            groups=GroupAccounts(max_groups, GroupCounters.registered(self.registry)),
         )
         self.accountant.new_term()
 
@@ -109,6 +116,11 @@ class Accounts:
             {"namespace": namespace, "class": workload_class},
         )
         return value or 0.0
+
+    def group(self, namespace: str, podgroup: str) -> float | None:
+        return self.registry.get_sample_value(
+            "joulie_podgroup_energy_joules_total", {"namespace": namespace, "podgroup": podgroup}
+        )
 
     def saved(self, namespace: str, workload_class: str) -> float:
         return self.used(namespace, workload_class, "saved_")
@@ -291,3 +303,54 @@ def test_the_saving_continues_from_the_stored_totals_after_a_restart() -> None:
     second.record(1000.0 + 2 * INTERVAL, 150.0)
     second.record(1000.0 + 3 * INTERVAL, 350.0)
     assert second.saved("ml", "performance") == pytest.approx(2 * saved)
+
+
+GANG: list[tuple[str, str, dict[str, str], str | None]] = [
+    ("ml", "w0", {"cpu": "1", "memory": "2Gi"}, None),
+    ("ml", "w1", {"cpu": "1", "memory": "2Gi"}, None),
+    ("ml", "solo", {"cpu": "1", "memory": "2Gi"}, None),
+]
+
+
+def test_the_pods_of_a_podgroup_are_booked_to_it_as_well_as_to_their_class() -> None:
+    accounts = Accounts(cache_with(GANG, groups={"w0": "train", "w1": "train"}))
+    accounts.record(1000.0, 100.0)
+    accounts.record(1000.0 + INTERVAL, 100.0)
+    quarter = 100.0 * INTERVAL / 4
+    assert accounts.used("ml", "standard") == pytest.approx(3 * quarter)
+    assert accounts.group("ml", "train") == pytest.approx(2 * quarter)
+    stored = energy_store.parse(accounts.api.objects[energy_store.path(NAMESPACE)]["data"])
+    ((name, (used, saved, lost)),) = stored.groups
+    assert name == "ml/train"
+    assert (used, saved, lost) == pytest.approx((2 * quarter, 0.0, 0.0))
+
+
+def test_past_the_bound_the_group_booked_longest_ago_goes_with_its_series() -> None:
+    cache = cache_with(GANG, groups={"w0": "old"})
+    accounts = Accounts(cache, max_groups=1)
+    accounts.record(1000.0, 100.0)
+    accounts.record(1000.0 + INTERVAL, 100.0)
+    assert accounts.group("ml", "old") is not None
+    later = cache_with(GANG, groups={"w1": "new"})
+    accounts.accountant._cache = later  # the old gang finished, a new one runs
+    accounts.record(1000.0 + 2 * INTERVAL, 100.0)
+    assert accounts.group("ml", "old") is None
+    assert accounts.group("ml", "new") == pytest.approx(100.0 * INTERVAL / 4)
+
+
+def test_podgroup_totals_continue_after_a_restart() -> None:
+    first = Accounts(cache_with(GANG, groups={"w0": "train"}))
+    first.record(1000.0, 100.0)
+    first.record(1000.0 + INTERVAL, 100.0)
+    before = first.group("ml", "train")
+    second = Accounts(cache_with(GANG, groups={"w0": "train"}), api=first.api)
+    second.record(1000.0 + 2 * INTERVAL, 100.0)
+    second.record(1000.0 + 3 * INTERVAL, 100.0)
+    assert second.group("ml", "train") == pytest.approx(2 * (before or 0.0))
+
+
+def test_a_broken_podgroups_field_is_refused_with_the_reason() -> None:
+    with pytest.raises(energy_store.UnusableStore, match="not \\[group, used, saved, lost\\]"):
+        energy_store.parse({"podgroups": json.dumps([["ml/x", 1.0]])})
+    with pytest.raises(energy_store.UnusableStore, match="<namespace>/<podgroup>"):
+        energy_store.parse({"podgroups": json.dumps([["nogroup", 1.0, 0.0, 0.0]])})

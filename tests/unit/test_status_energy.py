@@ -60,3 +60,16 @@ def test_before_the_first_reading_the_table_says_so() -> None:
     text = render(energy_report(StoredTotals()), "table")
     assert "no reading counted yet" in text
     assert "total: 0.000 kWh" in text
+
+
+def test_podgroups_are_listed_largest_first_after_the_classes() -> None:
+    gangs = StoredTotals(
+        accounts={"ml/standard": 4 * KWH},
+        groups=(("ml/small", (1 * KWH, 0.0, 0.0)), ("ml/big", (3 * KWH, 1 * KWH, 0.0))),
+    )
+    text = render(energy_report(gangs), "table")
+    after = text.split("PodGroups")[1].splitlines()
+    assert after[2].split() == ["ml", "big", "3.000", "75.0", "%", "1.000", "25.0", "%"]
+    assert after[3].split()[:3] == ["ml", "small", "1.000"]
+    data = json.loads(render(energy_report(gangs), "json"))
+    assert [g["podgroup"] for g in data["podgroups"]] == ["big", "small"]

@@ -22,6 +22,8 @@ __all__ = ["Account", "EnergyReport", "energy_report", "energy_table"]
 JOULES_PER_KWH = 3.6e6
 ROWS_SHOWN = 30
 """Accounts in the table, largest first; the rest are counted in one line (JSON has all)."""
+GROUPS_SHOWN = 10
+"""PodGroups in the table, largest first (JSON has all the manager keeps)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class EnergyReport:
     overhead_kwh: float
     through: float
     """Epoch seconds of the last reading counted (0: none yet)."""
+    groups: tuple[Account, ...] = ()
+    """Per PodGroup (``workload_class`` holds the PodGroup's name), largest first."""
 
     @property
     def total_kwh(self) -> float:
@@ -70,6 +74,16 @@ class EnergyReport:
                 }
                 for a in self.accounts
             ],
+            "podgroups": [
+                {
+                    "namespace": g.namespace,
+                    "podgroup": g.workload_class,
+                    "kwh": g.kwh,
+                    "saved_kwh": g.saved_kwh,
+                    "saved_pct": g.saved_pct,
+                }
+                for g in self.groups
+            ],
             "overhead_kwh": self.overhead_kwh,
             "total_kwh": self.total_kwh,
             "saved_kwh": self.saved_kwh,
@@ -91,8 +105,21 @@ def energy_report(totals: StoredTotals) -> EnergyReport:
         accounts.append(
             Account(namespace, workload_class, joules / JOULES_PER_KWH, net / JOULES_PER_KWH)
         )
-    accounts.sort(key=lambda a: (-a.kwh, a.namespace, a.workload_class))
-    return EnergyReport(tuple(accounts), totals.overhead / JOULES_PER_KWH, totals.through)
+    accounts.sort(key=_largest_first)
+    groups = []
+    for key, (used, saved, lost) in totals.groups:
+        namespace, _, name = key.partition("/")
+        groups.append(
+            Account(namespace, name, used / JOULES_PER_KWH, (saved - lost) / JOULES_PER_KWH)
+        )
+    groups.sort(key=_largest_first)
+    return EnergyReport(
+        tuple(accounts), totals.overhead / JOULES_PER_KWH, totals.through, tuple(groups)
+    )
+
+
+def _largest_first(account: Account) -> tuple[float, str, str]:
+    return (-account.kwh, account.namespace, account.workload_class)
 
 
 def _when(epoch: float) -> str | None:
@@ -105,8 +132,25 @@ def energy_table(report: EnergyReport) -> str:
     total = report.total_kwh
     through = _when(report.through) or "no reading counted yet"
     lines = [f"energy used since the manager began counting, through {through}"]
-    rows = [["NAMESPACE", "CLASS", "kWh", "SHARE", "SAVED kWh", "SAVED"]]
-    for account in report.accounts[:ROWS_SHOWN]:
+    lines += _rows(report.accounts[:ROWS_SHOWN], "CLASS", total)
+    hidden = len(report.accounts) - ROWS_SHOWN
+    if hidden > 0:
+        lines.append(f"... and {hidden} more accounts (-o json lists them all)")
+    lines.append(f"node overhead (no pod explains it): {report.overhead_kwh:.3f} kWh")
+    lines.append(f"total: {total:.3f} kWh")
+    lines.append(
+        f"saved: {report.saved_kwh:.3f} kWh ({_shown(report.saved_pct)} of what the same work "
+        "would have drawn without Joulie's controls, by the power model's ratio)"
+    )
+    if report.groups:
+        lines.append(f"PodGroups (the {GROUPS_SHOWN} largest of those the manager keeps):")
+        lines += _rows(report.groups[:GROUPS_SHOWN], "PODGROUP", total)
+    return "\n".join(lines)
+
+
+def _rows(accounts: tuple[Account, ...], second: str, total: float) -> list[str]:
+    rows = [["NAMESPACE", second, "kWh", "SHARE", "SAVED kWh", "SAVED"]]
+    for account in accounts:
         share = f"{100.0 * account.kwh / total:.1f} %" if total > 0 else "-"
         rows.append(
             [
@@ -119,23 +163,13 @@ def energy_table(report: EnergyReport) -> str:
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        lines.append(
-            "  ".join(
-                cell.rjust(width) if i >= 2 else cell.ljust(width)
-                for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-        )
-    hidden = len(report.accounts) - ROWS_SHOWN
-    if hidden > 0:
-        lines.append(f"... and {hidden} more accounts (-o json lists them all)")
-    lines.append(f"node overhead (no pod explains it): {report.overhead_kwh:.3f} kWh")
-    lines.append(f"total: {total:.3f} kWh")
-    lines.append(
-        f"saved: {report.saved_kwh:.3f} kWh ({_shown(report.saved_pct)} of what the same work "
-        "would have drawn without Joulie's controls, by the power model's ratio)"
-    )
-    return "\n".join(lines)
+    return [
+        "  ".join(
+            cell.rjust(width) if i >= 2 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _shown(pct: float | None) -> str:
