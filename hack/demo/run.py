@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from pydantic import Field
 
 from hack.cluster.nodes import node_manifests
 from hack.cluster.roles import (
+    JOULIE,
     POOL_AGENT_ACCOUNT,
     RoleDied,
     RoleProcess,
@@ -35,11 +37,13 @@ from hack.cluster.roles import (
     sum_samples,
 )
 from hack.cluster.runner import REPO, ClusterError, LocalCluster, free_port
+from hack.demo.energy import Booked, Saving, booked, metric_totals, saving
 from hack.demo.view import CLEAR, Frame, Outcome, Placements, frame_text, summary_text
 from hack.demo.workload import DemoPod, workload
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
-from joulie.cli.status.command import StatusCaches
+from joulie.cli.status.command import StatusCaches, energy_accounts
+from joulie.cli.status.energy import energy_report
 from joulie.cli.status.report import workload_class
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers
@@ -49,6 +53,8 @@ from joulie.settings import Duration, EnvSettings
 INVENTORY = REPO / "tests" / "data" / "inventories" / "02-cluster-nodes.yaml"
 SELECTOR = f"{keys.MANAGED_LABEL}=true"
 NAMESPACE = "joulie-demo"
+MANAGER_NAMESPACE = "joulie-system"
+CONFIGMAP = f"ConfigMap {MANAGER_NAMESPACE}/joulie-energy-accounts"
 MANAGER_POLICY = {
     # The performance share follows demand: a fifth of the nodes at rest, and one performance
     # node for every performance pod running or waiting when there are more of those.
@@ -117,11 +123,15 @@ class Demo:
         self._role("agent", pool_agent_settings(SELECTOR, self.simulator_url), POOL_AGENT_ACCOUNT)
         self.manager = self._role(
             "manager",
-            manager_settings(SELECTOR, self.simulator_url, policy=MANAGER_POLICY),
+            manager_settings(
+                SELECTOR, self.simulator_url, namespace=MANAGER_NAMESPACE, policy=MANAGER_POLICY
+            ),
         )
         self._wait(self.manager.ready, 90, "the manager to lead")
         ext_port = free_port()
-        extender = self._role("extender", extender_settings(f"127.0.0.1:{ext_port}"))
+        extender = self._role(
+            "extender", extender_settings(f"127.0.0.1:{ext_port}", namespace=MANAGER_NAMESPACE)
+        )
         self._wait(extender.ready, 60, "the extender's caches")
         self.cluster.use_extender(f"http://127.0.0.1:{ext_port}")
         self._say(
@@ -170,10 +180,21 @@ class Demo:
             sum_samples(text, "joulie_sim_node_energy_joules_total", {}),
         )
 
+    def manager_books(self) -> Saving | None:
+        """What the manager has booked so far and the running saving, from its counters
+        (None when they cannot be read)."""
+        if self.manager is None:
+            return None
+        try:
+            text = self.manager.metrics()
+        except (httpx.HTTPError, RoleDied):
+            return None
+        return saving(energy_report(metric_totals(text)).accounts)
+
     async def play(self) -> Outcome:
         """Submit the workload over the run while drawing the live view; the summary."""
         async with await KubeClient.from_kubeconfig(str(self.cluster.admin_kubeconfig)) as client:
-            caches = StatusCaches(client, "joulie-system")
+            caches = StatusCaches(client, MANAGER_NAMESPACE)
             caches.pods.add_handlers(
                 Handlers(
                     on_add=lambda pod: self._placed(caches, None, pod),
@@ -221,6 +242,7 @@ class Demo:
             peak = max(peak, report.summary.by_class.get("performance", 0))
             if time.monotonic() >= next_view or elapsed >= duration:
                 power, energy = await asyncio.to_thread(self.simulator_figures)
+                books = await asyncio.to_thread(self.manager_books)
                 power_samples.append(power)
                 frame = Frame(
                     elapsed_s=min(elapsed, duration),
@@ -233,6 +255,7 @@ class Demo:
                     cluster=report.summary,
                     placements=self.placements,
                     performance_nodes_peak=peak,
+                    booked=books,
                 )
                 text = frame_text(frame)
                 print((CLEAR + text) if tty else text + "\n", file=self.out, flush=True)
@@ -242,6 +265,8 @@ class Demo:
             await asyncio.sleep(0.2)
         _, energy = await asyncio.to_thread(self.simulator_figures)
         deferred = await asyncio.to_thread(self._deferred)
+        accounts, problem = await self._final_books(client)
+        status_energy = await asyncio.to_thread(self._status_energy)
         return Outcome(
             duration_s=duration,
             simulated_s=duration * scale,
@@ -257,7 +282,45 @@ class Demo:
             nodes=self.nodes,
             deferred_transitions=deferred,
             control_results=report.summary.control_results,
+            booked=accounts,
+            booked_problem=problem,
+            status_energy=status_energy,
         )
+
+    async def _final_books(self, client: KubeClient) -> tuple[Booked | None, str]:
+        """The manager's energy accounts once the run is over: the manager is stopped first
+        (SIGTERM: its leader writes the ConfigMap as its term ends, before it hands back the
+        Lease), then the ConfigMap is read as `joulie status --energy` reads it. Should that last
+        write not have landed, the counters read just before the stop are the fuller figures."""
+        if self.manager is None:
+            return None, "no manager ran"
+        try:
+            counters = await asyncio.to_thread(self.manager.metrics)
+        except (httpx.HTTPError, RoleDied):
+            counters = ""
+        code = await asyncio.to_thread(self.manager.stop)
+        try:
+            stored = await energy_accounts(client, MANAGER_NAMESPACE)
+        except Exception as exc:  # the summary says why, rather than the run failing here
+            return None, f"{exc} (manager exit status {code})"
+        live = energy_report(metric_totals(counters)) if counters else None
+        if live is not None and live.total_kwh > stored.total_kwh * 1.000001 + 1e-9:
+            # Its last write did not land (a timeout as its term ended): the counters hold more.
+            note = f"the manager's counters (its last write to the {CONFIGMAP} did not land)"
+            return booked(live, note), ""
+        return booked(stored, f"the {CONFIGMAP}, written by the manager as it stopped"), ""
+
+    def _status_energy(self) -> str:
+        """What `joulie status --energy` prints against the demo cluster (as an operator would
+        run it), or why it failed."""
+        command = [JOULIE, "status", "--energy", "--kubeconfig", str(self.cluster.admin_kubeconfig)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return "(joulie status --energy did not answer within 60s)"
+        if done.returncode != 0:
+            return f"(joulie status --energy failed, exit {done.returncode}: {done.stderr.strip()})"
+        return done.stdout.rstrip()
 
     def _deferred(self) -> float:
         if self.manager is None:
