@@ -8,10 +8,14 @@ The split, for a node that drew ``energy_j`` over ``seconds`` with an idle draw 
   goes to the pods by their share of the node's resources: the mean of their requests' shares of
   its CPUs, memory and (on a GPU node) GPUs. A pod asking for twice as much gets twice as much;
   what no pod asked for is the node's **overhead** (a node kept on for nobody).
-* **dynamic energy** (the rest) goes to each pod by its modelled marginal power (the estimate
-  the extender subtracts from a node's headroom, ``core.pod_power.marginal_watts``) times the
-  interval. When the model explains more than was measured, each pod's part is scaled down in
-  proportion; when it explains less, the rest is overhead, never dropped.
+* **dynamic energy** (the rest) goes to the pods in proportion to their modelled marginal power
+  (the estimate the extender subtracts from a node's headroom, ``core.pod_power.marginal_watts``):
+  all of it, whether the model explains more or less than was measured. Only the model's
+  proportions between pods are used, because its absolute watts are a coarse estimate (fixed
+  utilisation coefficients of each part's maximum) that routinely misses the measured draw by a
+  fifth or more either way; what runs a node above its idle draw is the work on it. Where no pod
+  has a modelled marginal power (a node without a power profile), the dynamic energy is
+  overhead. A stated bias: the draw of system daemons above idle is counted to the pods.
 
 So the pods' parts and the overhead add up to the measured energy exactly (a property test
 holds this). The equal weights of CPU, memory and GPUs in the idle share are an assumption: no
@@ -72,7 +76,8 @@ class Attribution:
     """Joules per account the same work would have drawn more in the performance profile
     (negative: it drew more under Joulie's controls); every account with a pod is present."""
     overhead_j: float = 0.0
-    """Measured energy no pod explains (idle capacity nobody asked for, unmodelled draw)."""
+    """Measured energy no pod explains (idle capacity nobody asked for; the dynamic draw of a
+    node where no pod has a modelled marginal power)."""
 
 
 def resource_share(pod: PodUse, has_gpus: bool) -> float:
@@ -82,6 +87,10 @@ def resource_share(pod: PodUse, has_gpus: bool) -> float:
     if has_gpus:
         parts.append(_unit(pod.gpu_share))
     return sum(parts) / len(parts)
+
+
+def _watts(value: float) -> float:
+    return value if math.isfinite(value) and value > 0.0 else 0.0
 
 
 def _unit(value: float) -> float:
@@ -99,14 +108,13 @@ def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
     if total_share > 1.0:
         # Requests cannot exceed allocatable; a node over-committed by hand still conserves.
         shares = [s / total_share for s in shares]
-    modelled = [max(0.0, p.marginal_w) * seconds for p in pods]
-    explained = sum(modelled)
-    scale = min(1.0, dynamic / explained) if explained > 0.0 else 0.0
+    weights = [_watts(p.marginal_w) for p in pods]
+    explained = math.fsum(weights)
     used: dict[str, float] = {}
     saved: dict[str, float] = {}
     booked = 0.0
-    for pod, share, dyn in zip(pods, shares, modelled, strict=True):
-        part = idle * share + dyn * scale
+    for pod, share, weight in zip(pods, shares, weights, strict=True):
+        part = idle * share + (dynamic * (weight / explained) if explained > 0.0 else 0.0)
         used[pod.account] = used.get(pod.account, 0.0) + part
         booked += part
         factor = pod.counterfactual if math.isfinite(pod.counterfactual) else 1.0

@@ -30,20 +30,24 @@ def test_twice_the_requests_at_the_same_use_get_twice_the_idle_share() -> None:
 
 
 def test_the_dynamic_draw_follows_the_modelled_marginal_power() -> None:
-    # 300 W measured over an idle 100 W: 200 W to share. The model explains 150 W (100 + 50):
-    # each pod gets its own, and the 50 W the model does not explain is overhead.
+    # 300 W measured over an idle 100 W: 200 W to share. The model says 100 W and 50 W: the
+    # measured 200 W goes two to one, all of it; the idle draw nobody asked for is overhead.
     node = NodeInterval(energy_j=300.0 * HOUR, seconds=HOUR, idle_w=100.0)
     pods = [
         PodUse("a", cpu_share=0.0, memory_share=0.0, marginal_w=100.0),
         PodUse("b", cpu_share=0.0, memory_share=0.0, marginal_w=50.0),
     ]
     result = attribute(node, pods)
-    assert result.used_j == pytest.approx({"a": 100.0 * HOUR, "b": 50.0 * HOUR})
-    assert result.overhead_j == pytest.approx(150.0 * HOUR)  # 100 W idle + 50 W unexplained
-    # The model explaining more than was measured scales each pod down in proportion.
+    assert result.used_j == pytest.approx({"a": 400.0 / 3 * HOUR, "b": 200.0 / 3 * HOUR})
+    assert result.overhead_j == pytest.approx(100.0 * HOUR)
+    # The model explaining more than was measured: the same proportions of what was measured.
     less = attribute(NodeInterval(energy_j=175.0 * HOUR, seconds=HOUR, idle_w=100.0), pods)
     assert less.used_j == pytest.approx({"a": 50.0 * HOUR, "b": 25.0 * HOUR})
     assert less.overhead_j == pytest.approx(100.0 * HOUR)
+    # No pod with a modelled power (a node without a profile): the dynamic draw is overhead.
+    unmodelled = attribute(node, [PodUse("c", cpu_share=0.5, memory_share=0.5)])
+    assert unmodelled.used_j == pytest.approx({"c": 50.0 * HOUR})
+    assert unmodelled.overhead_j == pytest.approx(250.0 * HOUR)
 
 
 def test_the_saving_scales_the_measured_part_by_the_modelled_factor() -> None:
