@@ -36,7 +36,19 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Attribution", "NodeInterval", "PodUse", "attribute", "resource_share"]
+from joulie.api.enums import WorkloadClass
+
+__all__ = [
+    "Attribution",
+    "NodeInterval",
+    "PodUse",
+    "account_key",
+    "attribute",
+    "pod_use",
+    "resource_share",
+]
+
+_CLASSES = frozenset(c.value for c in WorkloadClass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,27 @@ class PodUse:
     counterfactual: float = 1.0
     """The energy of its work in the performance profile over its energy now (1: the controls
     change nothing; see ``core.energy_counterfactual``)."""
+
+
+def _ratio(amount: float, total: float) -> float:
+    return amount / total if total > 0 else 0.0
+
+
+def pod_use(
+    account: str,
+    requested: tuple[float, float, float],
+    offered: tuple[float, float, float],
+    marginal_w: float,
+) -> PodUse:
+    """A pod's use from its requests and the node's allocatable resources, each as (CPU,
+    memory, GPUs) in the same units on both sides."""
+    return PodUse(
+        account,
+        cpu_share=_ratio(requested[0], offered[0]),
+        memory_share=_ratio(requested[1], offered[1]),
+        gpu_share=_ratio(requested[2], offered[2]),
+        marginal_w=marginal_w,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +111,13 @@ class Attribution:
     overhead_j: float = 0.0
     """Measured energy no pod explains (idle capacity nobody asked for; the dynamic draw of a
     node where no pod has a modelled marginal power)."""
+
+
+def account_key(namespace: str, workload_class: str | None) -> str:
+    """``<namespace>/<class>``, the account a pod's energy is booked to: the workload class its
+    ``joulie.io/workload-class`` annotation names when that is one, else standard."""
+    known = workload_class if workload_class in _CLASSES else WorkloadClass.STANDARD.value
+    return f"{namespace}/{known}"
 
 
 def resource_share(pod: PodUse, has_gpus: bool) -> float:

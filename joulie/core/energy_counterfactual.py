@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from joulie.core.power_model import Controls, Load, NodePowerSpec, Steady, steady_state
 
-__all__ = ["PodWork", "counterfactuals"]
+__all__ = ["PodWork", "counterfactuals", "pod_power"]
 
 _NO_CONTROLS = Controls()
 
@@ -60,29 +60,44 @@ def _boards(spec: NodePowerSpec, pods: Sequence[PodWork]) -> list[tuple[int, int
     return ranges
 
 
-def _per_pod(
-    spec: NodePowerSpec,
-    pods: Sequence[PodWork],
-    boards: list[tuple[int, int]],
-    load: Load,
-    controls: Controls,
+def _load(spec: NodePowerSpec, pods: Sequence[PodWork], node_cores: float) -> Load:
+    utils = [0.0] * spec.gpu_count
+    for pod, (first, end) in zip(pods, _boards(spec, pods), strict=True):
+        for i in range(first, end):
+            utils[i] = pod.gpu_util
+    busy_cores = math.fsum(max(0.0, p.cpu_cores) for p in pods)
+    return Load(
+        cpu_util=busy_cores / node_cores if node_cores > 0 else 0.0,
+        gpu_util=math.fsum(utils) / len(utils) if utils else 0.0,
+        gpu_boards=tuple(utils),
+    )
+
+
+def pod_power(
+    spec: NodePowerSpec, controls: Controls, pods: Sequence[PodWork], node_cores: float
 ) -> list[tuple[float, float]]:
-    """(watts, speed) of each pod's work under ``controls``."""
-    busy = steady_state(spec, load, controls)
+    """(watts above the node's idle draw, speed) of each pod's work under ``controls``: its
+    share of the CPU's dynamic draw by the cores it keeps busy, and the dynamic draw of its own
+    boards; its speed is the slowest of its boards' (a GPU pod), else the CPU's. The watts add
+    up to the node's steady draw above idle."""
+    boards = _boards(spec, pods)
+    busy = steady_state(spec, _load(spec, pods, node_cores), controls)
     idle = steady_state(spec, Load(), controls)
     cpu_dynamic = max(0.0, busy.cpu_w - idle.cpu_w)
     cores = math.fsum(max(0.0, p.cpu_cores) for p in pods)
     out = []
     for pod, (first, end) in zip(pods, boards, strict=True):
-        watts = idle.node_w * pod.idle_share
-        if cores > 0:
-            watts += cpu_dynamic * max(0.0, pod.cpu_cores) / cores
+        watts = cpu_dynamic * max(0.0, pod.cpu_cores) / cores if cores > 0 else 0.0
         speed = busy.cpu_speed
         if end > first:
             watts += _boards_dynamic(busy, idle, first, end)
             speed = min(busy.gpu_board_speed[first:end])
         out.append((watts, speed))
     return out
+
+
+def _idle_w(spec: NodePowerSpec, controls: Controls) -> float:
+    return steady_state(spec, Load(), controls).node_w
 
 
 def _boards_dynamic(busy: Steady, idle: Steady, first: int, end: int) -> float:
@@ -98,21 +113,13 @@ def counterfactuals(
     a share of."""
     if controls == _NO_CONTROLS or not pods:
         return [1.0] * len(pods)
-    boards = _boards(spec, pods)
-    utils = [0.0] * spec.gpu_count
-    for pod, (first, end) in zip(pods, boards, strict=True):
-        for i in range(first, end):
-            utils[i] = pod.gpu_util
-    busy_cores = math.fsum(max(0.0, p.cpu_cores) for p in pods)
-    load = Load(
-        cpu_util=busy_cores / node_cores if node_cores > 0 else 0.0,
-        gpu_util=math.fsum(utils) / len(utils) if utils else 0.0,
-        gpu_boards=tuple(utils),
-    )
-    now = _per_pod(spec, pods, boards, load, controls)
-    uncontrolled = _per_pod(spec, pods, boards, load, _NO_CONTROLS)
+    idle_now, idle_uncontrolled = _idle_w(spec, controls), _idle_w(spec, _NO_CONTROLS)
+    now = pod_power(spec, controls, pods, node_cores)
+    uncontrolled = pod_power(spec, _NO_CONTROLS, pods, node_cores)
     factors = []
-    for (now_w, now_speed), (perf_w, perf_speed) in zip(now, uncontrolled, strict=True):
+    for pod, (now_w, now_speed), (perf_w, perf_speed) in zip(pods, now, uncontrolled, strict=True):
+        now_w += idle_now * pod.idle_share
+        perf_w += idle_uncontrolled * pod.idle_share
         if now_w <= 0.0 or perf_speed <= 0.0:
             factors.append(1.0)
             continue

@@ -57,7 +57,9 @@ from joulie.core.energy_accounting import (
     Attribution,
     NodeInterval,
     PodUse,
+    account_key,
     attribute,
+    pod_use,
     resource_share,
 )
 from joulie.core.energy_counterfactual import PodWork, counterfactuals
@@ -144,17 +146,11 @@ class EnergyCounters:
 
 
 _COUNTERS: Final = EnergyCounters.registered(REGISTRY)
-_CLASSES: Final = frozenset(c.value for c in WorkloadClass)
 
 
 def account_of(pod: SlimPod) -> str:
     """ "<namespace>/<class>": the pod's workload class when it names one, else standard."""
-    raw = pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION, "")
-    return f"{pod.namespace}/{raw if raw in _CLASSES else WorkloadClass.STANDARD.value}"
-
-
-def _share(amount: float, total: float) -> float:
-    return amount / total if total > 0 else 0.0
+    return account_key(pod.namespace, pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION))
 
 
 @functools.lru_cache(maxsize=FACTORS_CACHED)
@@ -192,12 +188,11 @@ def pod_uses(
             # The extender's estimate assumes a pod asking for no CPU uses some; so does this.
             cores = CPU_FALLBACK_CORES_PERFORMANCE if performance else CPU_FALLBACK_CORES_STANDARD
         demand = PodDemand(cores, pod.memory_bytes / _GIB, pod.gpus, performance)
-        use = PodUse(
-            account=account,
-            cpu_share=_share(pod.cpu_millis, cpu),
-            memory_share=_share(pod.memory_bytes, memory),
-            gpu_share=_share(pod.gpus, gpus),
-            marginal_w=marginal_watts(demand, profile),
+        use = pod_use(
+            account,
+            (pod.cpu_millis, pod.memory_bytes, pod.gpus),
+            (cpu, memory, gpus),
+            marginal_watts(demand, profile),
         )
         uses.append(use)
         works.append(

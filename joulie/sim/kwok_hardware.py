@@ -27,6 +27,8 @@ from joulie.api.telemetry import (
     TelemetryReport,
     Utilisation,
 )
+from joulie.core.energy_accounting import NodeInterval, PodUse, account_key, attribute, pod_use
+from joulie.core.energy_counterfactual import PodWork, pod_power
 from joulie.core.enforcement import applied, apply_control
 from joulie.core.power_model import (
     Controls,
@@ -44,6 +46,13 @@ from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod
 
 log = structlog.get_logger("joulie.simulator")
+
+
+def _memory_bytes(node: SlimNode) -> float:
+    try:
+        return max(float(parse_quantity(node.allocatable.get("memory", "0"))), 0.0)
+    except QuantityError:
+        return 0.0
 
 
 def _cores(node: SlimNode) -> float:
@@ -126,6 +135,10 @@ class SimNode:
     load: Load
     rack: str | None = None
     """The node's joulie.io/rack label: the simulator reports power per rack."""
+    memory_bytes: float = 0.0
+    uses: tuple[PodUse, ...] = ()
+    """The running pods' uses of the node, with the power each truly draws above idle: the
+    ground truth of who used its energy (see :meth:`Simulation.workload_energy`)."""
 
 
 class UnknownNode(KeyError):
@@ -148,6 +161,13 @@ class Simulation:
         self.ambient_c = ambient_c
         self.nodes: dict[str, SimNode] = {}
         self.peak_it_power_w = 0.0
+        self.workload_energy: dict[str, float] = {}
+        """Joules per "<namespace>/<class>": each node's simulated energy split between its
+        running pods by ``core.energy_accounting`` with the power each truly draws (what the
+        manager's accounts, which see only node power and estimate the pods' shares, are
+        checked against)."""
+        self.overhead_energy = 0.0
+        """Joules no pod drew: idle capacity nobody asked for."""
 
     # --- changes -------------------------------------------------------------------------
 
@@ -159,12 +179,14 @@ class Simulation:
                 node.name, spec, hardware, _cores(node), Controls(), initial_state(spec, t), Load()
             )
             sim.rack = node.labels.get(keys.RACK_LABEL) or None
+            sim.memory_bytes = _memory_bytes(node)
             self.nodes[node.name] = sim
             self._reload(sim, t)
             return
         self._advance(current, t)
         current.spec, current.hardware, current.cores = spec, hardware, _cores(node)
         current.rack = node.labels.get(keys.RACK_LABEL) or None
+        current.memory_bytes = _memory_bytes(node)
         self._reload(current, t)
 
     def remove_node(self, name: str) -> None:
@@ -179,10 +201,44 @@ class Simulation:
 
     def _reload(self, sim: SimNode, t: float) -> None:
         del t  # the node was advanced to t already; the new load applies from here on
-        sim.load = node_load(self._pods_of(sim.name), sim.cores, sim.hardware.gpu_count)
+        pods = list(self._pods_of(sim.name))
+        loads = [pod_load(p) for p in pods]
+        sim.load = load_of(loads, sim.cores, sim.hardware.gpu_count)
+        sim.uses = self._uses(sim, pods, loads)
+
+    def _uses(
+        self, sim: SimNode, pods: Sequence[SlimPod], loads: Sequence[PodLoad]
+    ) -> tuple[PodUse, ...]:
+        works = [PodWork(0.0, load.cpu_cores, load.gpus, load.gpu_util) for load in loads]
+        drawn = pod_power(sim.spec, sim.controls, works, sim.cores) if works else []
+        offered = (sim.cores * 1000, sim.memory_bytes, sim.hardware.gpu_count)
+        return tuple(
+            pod_use(
+                account_key(pod.namespace, pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION)),
+                (pod.cpu_millis, pod.memory_bytes, pod.gpus),
+                offered,
+                watts,
+            )
+            for pod, (watts, _) in zip(pods, drawn, strict=True)
+        )
 
     def _advance(self, sim: SimNode, t: float) -> None:
-        sim.state = advance(sim.spec, sim.state, sim.load, sim.controls, t, self._settle_s)
+        before = sim.state
+        sim.state = advance(sim.spec, before, sim.load, sim.controls, t, self._settle_s)
+        energy = sim.state.energy_j - before.energy_j
+        seconds = sim.state.t - before.t
+        if energy <= 0.0 or seconds <= 0.0:
+            return
+        if not sim.uses:
+            self.overhead_energy += energy
+            return
+        idle_w = steady_state(sim.spec, Load(), sim.controls).node_w
+        split = attribute(
+            NodeInterval(energy, seconds, idle_w, sim.hardware.gpu_count > 0), sim.uses
+        )
+        for account, joules in split.used_j.items():
+            self.workload_energy[account] = self.workload_energy.get(account, 0.0) + joules
+        self.overhead_energy += split.overhead_j
 
     def advance_all(self, t: float) -> float:
         """Advance every node to ``t``; returns the cluster IT power."""
@@ -237,4 +293,7 @@ class Simulation:
         sim = self.get(name)
         self._advance(sim, t)
         sim.controls, response = apply_control(name, sim.spec, sim.controls, request)
+        sim.uses = self._uses(
+            sim, list(self._pods_of(name)), [pod_load(p) for p in self._pods_of(name)]
+        )
         return response

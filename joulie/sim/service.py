@@ -110,6 +110,21 @@ class SimulationCollector(Collector):
             "joulie_sim_facility_cooling_power_watts", "Simulated cooling power", value=cooling
         )
         yield GaugeMetricFamily("joulie_sim_facility_pue", "Simulated PUE", value=pue)
+        workload = CounterMetricFamily(
+            "joulie_sim_workload_energy_joules",
+            "Simulated energy each namespace and workload class drew: each node's energy split "
+            "between its pods by the power each truly draws (the ground truth of the manager's "
+            "accounts)",
+            labels=["namespace", "class"],
+        )
+        for account, joules in sorted(self._sim.workload_energy.items()):
+            workload.add_metric(account.rsplit("/", 1), joules)
+        yield workload
+        yield CounterMetricFamily(
+            "joulie_sim_overhead_energy_joules",
+            "Simulated node energy no pod drew (idle capacity nobody asked for)",
+            value=self._sim.overhead_energy,
+        )
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -202,6 +217,7 @@ class SimulatorRole:
                 annotation_keys=[
                     keys.SIM_CPU_UTILIZATION_ANNOTATION,
                     keys.SIM_GPU_UTILIZATION_ANNOTATION,
+                    keys.WORKLOAD_CLASS_ANNOTATION,
                 ],
                 gpu_count=pod_gpu_count,
             ),

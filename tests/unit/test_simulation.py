@@ -29,9 +29,16 @@ def node(name: str, cpu: str, gpu: str = "", gpus: int = 0, cores: int = 64) -> 
     return PROJECT(kwok_node(name, group))
 
 
-def pod(name: str, node_name: str, cpu_millis: int, gpus: int = 0, **annotations: str) -> SlimPod:
+def pod(
+    name: str,
+    node_name: str,
+    cpu_millis: int,
+    gpus: int = 0,
+    namespace: str = "ns",
+    **annotations: str,
+) -> SlimPod:
     return SlimPod(
-        namespace="ns",
+        namespace=namespace,
         name=name,
         node_name=node_name,
         phase="Running",
@@ -173,3 +180,45 @@ def test_controls_are_clamped_and_reported() -> None:
     assert cleared.controls.gpu_cap_watts_per_gpu is None
     with pytest.raises(UnknownNode):
         sim.report("nope", 1.0, NOW)
+
+
+def test_the_ground_truth_splits_each_nodes_energy_by_what_each_pod_draws() -> None:
+    # One GPU node: a performance pod keeps four boards busy, a standard one of another
+    # namespace two boards at a quarter; both ask for the same CPU.
+    busy = pod(
+        "train",
+        "g",
+        16_000,
+        gpus=4,
+        namespace="ml",
+        **{keys.WORKLOAD_CLASS_ANNOTATION: "performance"},
+    )
+    light = pod(
+        "infer",
+        "g",
+        16_000,
+        gpus=2,
+        namespace="web",
+        **{keys.SIM_GPU_UTILIZATION_ANNOTATION: "0.25"},
+    )
+    running = [busy, light]
+    sim = Simulation(CATALOG, lambda name: running, settle_s=2.0)
+    sim.upsert_node(node("g", "AMD EPYC 9654", "NVIDIA H100 NVL", gpus=8), 0.0)
+    sim.advance_all(600.0)
+    node_energy = sim.nodes["g"].state.energy_j
+    truth = dict(sim.workload_energy)
+    assert set(truth) == {"ml/performance", "web/standard"}
+    assert sum(truth.values()) + sim.overhead_energy == pytest.approx(node_energy)
+    # The busy pod draws more above idle; both hold the same share of the idle draw and the
+    # two idle boards and unrequested CPU are overhead.
+    assert truth["ml/performance"] > 2 * truth["web/standard"]
+    assert sim.overhead_energy > 0
+    # Once the pods are gone, the node's energy is all overhead.
+    overhead = sim.overhead_energy
+    running.clear()
+    sim.pods_changed("g", 600.0)
+    sim.advance_all(700.0)
+    assert sim.workload_energy == pytest.approx(truth)
+    assert sim.overhead_energy - overhead == pytest.approx(
+        sim.nodes["g"].state.energy_j - node_energy
+    )
