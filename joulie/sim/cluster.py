@@ -5,7 +5,9 @@ Power is piecewise constant: a node's draw changes only when its pods or its con
 and then it jumps to the power model's steady state (control and telemetry lags are seconds, the
 engine's events minutes apart). So energy is integrated exactly, as sums of power x time, and a
 run's figures depend only on the sequence of events, never on the host. A node the lifecycle
-powered off draws nothing until it is powered on again.
+powered off draws nothing until it is powered on again. Each node's energy is also split
+between the workloads running on it (``joulie.sim.workload_energy``), told before anything
+that sets its draw changes.
 
 A workload's speed is that of its slowest pod (a gang runs in lock step); a pod's speed follows
 from the clocks of its node as the power model solves them under the node's caps and presets:
@@ -38,6 +40,7 @@ from joulie.sim.fleet import Fleet
 from joulie.sim.kwok_hardware import PodLoad, load_of, node_load, pod_load
 from joulie.sim.pods import slim_pod
 from joulie.sim.trace import Workload
+from joulie.sim.workload_energy import WorkloadLedger
 
 __all__ = ["Cluster", "Job"]
 
@@ -161,6 +164,9 @@ class Cluster:
         """Nodes whose draw changed since the control loop last looked."""
         self.pods_changed: set[int] = set()
         """Nodes whose pods changed since the control loop last looked."""
+        self.ledger = WorkloadLedger(self)
+        """Each node's energy per workload: told before a node's pods, controls or draw
+        change."""
 
     # --- time ---------------------------------------------------------------------------
 
@@ -186,6 +192,7 @@ class Cluster:
     def close(self, t: float) -> None:
         """Account every node's energy up to ``t`` (the end of the run)."""
         self.advance(t)
+        self.ledger.book_all(t)
         self.node_energy_j += self.node_w * (t - self._node_since)
         self._node_since[:] = t
 
@@ -228,6 +235,7 @@ class Cluster:
 
     def power(self, node: int, on: bool, t: float) -> None:
         """Power an idle node off (it draws nothing) or on (its idle draw, while it boots)."""
+        self.ledger.book(node, t)
         if on:
             self.off.discard(node)
         else:
@@ -236,6 +244,7 @@ class Cluster:
 
     def set_controls(self, node: int, controls: Controls, t: float) -> None:
         if controls != self.controls[node]:
+            self.ledger.book(node, t)
             before = self.controls[node]
             self.controls[node] = controls
             # A CPU control moves the work only through the CPU speed, which the refresh
@@ -265,6 +274,7 @@ class Cluster:
 
     def attach(self, jobs: list[Job]) -> None:
         self._jobs = jobs
+        self.ledger.attach(jobs)
 
     def _retime(self, job: Job, t: float) -> None:
         """Bring the job's progress to ``t`` and schedule its finish at its new speed."""
@@ -298,7 +308,9 @@ class Cluster:
         gpus = workload.gpus if workload.gpu_resource else 0
         touched: dict[int, None] = {}
         level = self.levels[workload.priority]
+        ledger = self.ledger
         for member, node in enumerate(nodes):
+            ledger.book(node, t)
             pod = slim_pod(workload, self.fleet.names[node], member)
             if job.load is None:
                 job.load = pod_load(pod)
@@ -323,7 +335,9 @@ class Cluster:
         gpus = workload.gpus if workload.gpu_resource else 0
         touched: dict[int, None] = {}
         level = self.levels[workload.priority]
+        ledger = self.ledger
         for node in job.nodes:
+            ledger.book(node, t)
             self.hold(node, -workload.cpu_millis, -workload.memory_bytes, -gpus)
             self.level_cpu[level, node] -= workload.cpu_millis
             self.level_memory[level, node] -= workload.memory_bytes
@@ -335,6 +349,7 @@ class Cluster:
         job.nodes = []
         job.speed = 0.0
         job.version += 1
+        ledger.forget(job.index)
         for node in touched:
             del self.pods_on[node][job.index]
             self.pods_changed.add(node)

@@ -22,6 +22,10 @@ With a measurement window (``Scenario.window``) the energy integration is split 
 two ends and the counters read there, so the result also says what was drawn and done inside
 it (``RunResult.window``). That costs one comparison per event; without a window nothing else
 changes, and the figures are those of a run without it bit for bit.
+
+The IT energy is also split per workload class, kind and namespace, and the overhead
+(``joulie.sim.workload_energy``): the run's own (``RunResult.energy_by_workload``) and, cut at
+the window's ends, the window's.
 """
 
 from __future__ import annotations
@@ -342,6 +346,7 @@ class Engine:
         taken = self.run.energy_at_marks
         while len(taken) < len(marks) and marks[len(taken)] <= t:
             self.cluster.advance(marks[len(taken)])
+            self.cluster.ledger.mark(marks[len(taken)])
             taken.append((self.cluster.it_energy_j, self.cluster.facility_energy_j))
         return marks[len(taken)] if len(taken) < len(marks) else math.inf
 
@@ -379,6 +384,9 @@ class Engine:
                 (c.it_energy_j + c.it_w * extra, c.facility_energy_j + c.it_w * c.pue * extra)
             )
         (it0, fac0), (it1, fac1) = energies
+        ledger = self.cluster.ledger
+        for mark in window[ledger.marks :]:
+            ledger.mark(mark)  # every node drawing on as it was at the end
         start, stop = window
         jobs = self.run.jobs
         done = [j for j in jobs if j.finished_at is not None and start < j.finished_at <= stop]
@@ -389,6 +397,7 @@ class Engine:
             facility_energy_kwh=(fac1 - fac0) / 3.6e6,
             completed_work_h=_work_h(done),
             classes=_classes([j for j in jobs if start <= j.workload.submit_s < stop]),
+            energy_by_workload=ledger.energy(stretch=1),
         )
 
     def _result(self, end: float) -> RunResult:
@@ -407,6 +416,8 @@ class Engine:
                 for cls, v in zip(_CLASSES, row, strict=True)
             }
         hours = end / 3600.0
+        # The run's own, from 0 to its end: before the window's figures read past it.
+        by_workload = self.cluster.ledger.energy()
         return RunResult(
             scenario=s.name,
             baseline=s.baseline,
@@ -432,6 +443,7 @@ class Engine:
             completed_work_h=_work_h([j for j in run.jobs if j.finished_at is not None]),
             lifecycle=self.lifecycle.close(end) if self.lifecycle is not None else None,
             window=self._window(end),
+            energy_by_workload=by_workload,
         )
 
 

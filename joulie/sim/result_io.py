@@ -32,6 +32,7 @@ from joulie.sim.results import (
     RunResult,
     Sample,
     WindowResult,
+    WorkloadEnergy,
 )
 from joulie.sim.saving import pairs, section
 
@@ -114,9 +115,24 @@ def _classes(value: Any, where: str) -> dict[str, ClassResult]:
     }
 
 
+def _kwh_by(value: Any, where: str) -> dict[str, float]:
+    return {name: float(kwh) for name, kwh in _checked_mapping(value, where).items()}
+
+
+def _workload_energy(d: Any, where: str) -> WorkloadEnergy:
+    entries = _checked_keys(d, WorkloadEnergy, where)
+    for key in ("by_class", "by_kind", "by_namespace"):
+        entries[key] = _kwh_by(entries[key], f"{where}.{key}")
+    return WorkloadEnergy(**entries)
+
+
 def _window(d: Any, where: str) -> WindowResult:
     entries = _checked_keys(d, WindowResult, where)
     entries["classes"] = _classes(entries["classes"], f"{where}.classes")
+    if entries.get("energy_by_workload") is not None:
+        entries["energy_by_workload"] = _workload_energy(
+            entries["energy_by_workload"], f"{where}.energy_by_workload"
+        )
     return WindowResult(**entries)
 
 
@@ -153,6 +169,10 @@ def result_from_dict(d: Mapping[str, Any]) -> RunResult:
         )
     if entries.get("window") is not None:
         entries["window"] = _window(entries["window"], "result.window")
+    if entries.get("energy_by_workload") is not None:
+        entries["energy_by_workload"] = _workload_energy(
+            entries["energy_by_workload"], "result.energy_by_workload"
+        )
     return RunResult(**entries)
 
 

@@ -6,6 +6,7 @@ bit for bit, so a result file can be compared byte for byte (wall time is report
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -83,6 +84,30 @@ class LifecycleResult:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadEnergy:
+    """Who used the IT energy of a run (or of its measurement window): each node's energy split
+    between the workloads on it and overhead by ``joulie.core.energy_accounting`` (the split the
+    live manager makes; ``joulie.sim.workload_energy``). Each of the three maps plus the
+    overhead adds up to the IT energy over the same span."""
+
+    by_class: Mapping[str, float]
+    """kWh per workload class (``performance``, ``standard``; both always present)."""
+    by_kind: Mapping[str, float]
+    """kWh per kind of workload (the generator's type; ``unspecified`` for a workload without
+    one): every kind submitted in the run, 0 where none ran."""
+    by_namespace: Mapping[str, float]
+    """kWh per namespace of the workloads' pods."""
+    overhead_kwh: float
+    """What no workload explains: idle nodes, idle capacity nobody asked for (and the dynamic
+    draw of a node where no pod has a modelled power)."""
+
+    @property
+    def total_kwh(self) -> float:
+        """The workloads' energy and the overhead: the IT energy of the span (to rounding)."""
+        return math.fsum(self.by_class.values()) + self.overhead_kwh
+
+
+@dataclass(frozen=True, slots=True)
 class WindowResult:
     """What a run measured inside its measurement window (``--warmup-hours``): the warm-up
     before ``start_s`` and the tail after ``end_s`` (the end of arrivals) are left out."""
@@ -97,6 +122,8 @@ class WindowResult:
     at full speed (on the reference hardware), in hours."""
     classes: Mapping[str, ClassResult]
     """The workloads submitted in [start_s, end_s), per class, wherever they completed."""
+    energy_by_workload: WorkloadEnergy | None = None
+    """The IT energy of the window per workload class, kind and namespace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +171,17 @@ class RunResult:
     result reads exactly as before the lifecycle existed)."""
     window: WindowResult | None = None
     """None: the run had no measurement window (the key is then left out of the dict)."""
+    energy_by_workload: WorkloadEnergy | None = None
+    """The run's IT energy, from 0 to its end, per workload class, kind and namespace, and the
+    overhead (None: not accounted, as in a result written before it existed; the key is then
+    left out of the dict)."""
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for optional in ("lifecycle", "window"):
+        for optional in ("lifecycle", "window", "energy_by_workload"):
             if d[optional] is None:
                 del d[optional]
+        if d.get("window") is not None and d["window"]["energy_by_workload"] is None:
+            del d["window"]["energy_by_workload"]
         return d

@@ -26,6 +26,15 @@ compare, but the idle nodes of a run's longer tail are charged to its work. The 
 meter reads while the cluster stays on; the second is what the work cost. Where the two agree,
 neither the tail nor the idle cluster decided the result; where they differ, the gap says how
 much did, so every output shows both.
+
+**Per workload class** (``class_savings``): the same-window IT energy split by
+``joulie.sim.workload_energy`` (the split of ``joulie.core.energy_accounting``): each class's
+kWh in the reference less its kWh in the run, over the same window as the IT saving, and that
+as a percentage of the reference's kWh. After a run's end its cluster's draw is overhead (its
+work is done; a run stopped at its time limit is compared with a reference stopped at the
+same limit), so over the union window a class's energy is the run's own and the idling-on goes
+to the overhead, which is reported beside the classes: the classes' and the overhead's savings
+in kWh add up to the IT saving in kWh.
 """
 
 from __future__ import annotations
@@ -37,8 +46,11 @@ from typing import Any
 from joulie.sim.results import RunResult
 
 __all__ = [
+    "OVERHEAD",
     "REFERENCE_BASELINE",
+    "ClassSaving",
     "Saving",
+    "class_savings",
     "compare",
     "energy_per_work_h",
     "is_reference",
@@ -141,6 +153,56 @@ def compare(run: RunResult, reference: RunResult) -> Saving:
     )
 
 
+OVERHEAD = "overhead"
+"""The row of ``class_savings`` for the energy no workload explains."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSaving:
+    """One workload class (or the overhead) of a run against its reference, over the window of
+    the run's IT saving (see the module docstring)."""
+
+    kwh: float
+    reference_kwh: float
+    saving_kwh: float
+    """``reference_kwh - kwh``."""
+    saving_pct: float | None
+    """``saving_kwh`` as a percentage of ``reference_kwh`` (None: the reference used none)."""
+
+    @classmethod
+    def of(cls, kwh: float, reference_kwh: float) -> ClassSaving:
+        return cls(kwh, reference_kwh, reference_kwh - kwh, saving_pct(kwh, reference_kwh))
+
+
+def _by_class(run: RunResult, end_s: float, windowed: bool) -> dict[str, float] | None:
+    """kWh per class and, under ``OVERHEAD``, the overhead of ``run``: inside its window, or
+    from 0 to ``end_s`` with its end draw as overhead after its end; None: not accounted."""
+    if windowed:
+        assert run.window is not None
+        energy = run.window.energy_by_workload
+        if energy is None:
+            return None
+        return {**energy.by_class, OVERHEAD: energy.overhead_kwh}
+    energy = run.energy_by_workload
+    if energy is None:
+        return None
+    idle_on = run.idle_it_w * max(0.0, end_s - run.simulated_s) / _J_PER_KWH
+    return {**energy.by_class, OVERHEAD: energy.overhead_kwh + idle_on}
+
+
+def class_savings(run: RunResult, reference: RunResult) -> dict[str, ClassSaving] | None:
+    """Per workload class, and the overhead last, ``run`` against ``reference`` over the window
+    ``compare`` uses; None when either run has no energy per workload."""
+    windowed = _same_windows(run, reference)
+    end = max(run.simulated_s, reference.simulated_s)
+    mine = _by_class(run, end, windowed)
+    theirs = _by_class(reference, end, windowed)
+    if mine is None or theirs is None:
+        return None
+    names = [*sorted((set(mine) | set(theirs)) - {OVERHEAD}), OVERHEAD]
+    return {n: ClassSaving.of(mine.get(n, 0.0), theirs.get(n, 0.0)) for n in names}
+
+
 def is_reference(run: RunResult) -> bool:
     return run.baseline == REFERENCE_BASELINE
 
@@ -175,7 +237,20 @@ def section(run: RunResult, reference: RunResult | None) -> dict[str, Any]:
     if reference is None:
         return {"reference": None}
     s = compare(run, reference)
+    by_class = class_savings(run, reference)
+    extra: dict[str, Any] = {}
+    if by_class is not None:
+        extra["by_class"] = {
+            name: {
+                "run_kwh": c.kwh,
+                "reference_kwh": c.reference_kwh,
+                "saving_kwh": c.saving_kwh,
+                "saving_pct": c.saving_pct,
+            }
+            for name, c in by_class.items()
+        }
     return {
+        **extra,
         "reference": {"baseline": s.reference_baseline, "seed": s.seed},
         "window_s": [s.window_start_s, s.window_end_s],
         "it_kwh": {"run": s.it_kwh, "reference": s.reference_it_kwh},
