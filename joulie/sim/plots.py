@@ -1,4 +1,4 @@
-"""The simulator's three charts as small PNG files.
+"""The simulator's four charts as small PNG files.
 
 matplotlib is imported inside each function, so that ``joulie`` and its other subcommands start
 without paying for it; the charts are bare ``Figure`` objects rendered by Agg (no display).
@@ -10,14 +10,23 @@ by name) and say in the title how many were left out, rather than an unreadable 
 from __future__ import annotations
 
 import csv
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from joulie.sim.report import class_kwh, groups, own_energy, workload_classes
 from joulie.sim.result_io import canonical_float
 from joulie.sim.results import RunResult
-from joulie.sim.saving import energy_per_work_h, savings
+from joulie.sim.saving import (
+    OVERHEAD,
+    REFERENCE_BASELINE,
+    class_savings,
+    energy_per_work_h,
+    pairs,
+    savings,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -26,6 +35,7 @@ DPI = 100
 MAX_PANELS = 6
 PROFILES = ("performance", "eco", "draining")
 PROFILE_COLOURS = {"performance": "#d62728", "eco": "#2ca02c", "draining": "#7f7f7f"}
+CLASS_COLOURS = {"performance": "#d62728", "standard": "#1f77b4", OVERHEAD: "#c7c7c7"}
 MARKERS = "os^Dv<>pPX*h"
 OUTSIDE: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 """Legends go right of the axes, where they cannot hide a point or a bar."""
@@ -283,3 +293,135 @@ def _share_panel(ax: Any, runs: Sequence[RunResult]) -> None:
     ax.set_ylabel("share of node-time")
     if families:
         ax.legend(fontsize="small", **OUTSIDE)
+
+
+# --- energy per workload class ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClassBar:
+    """One segment of the energy-per-class chart (also its CSV row): a workload class (or the
+    overhead) of one scenario and baseline, over the seeds."""
+
+    scenario: str
+    baseline: str
+    workload_class: str
+    kwh: float
+    """IT kWh of the class over each run's own span, the mean over the seeds (as the table)."""
+    saving_pct: float | None
+    """Its saving against baseline A of the same seed over the window of the IT saving, the
+    mean over the seeds compared (None: the row is A, or no seed has an A)."""
+
+
+CLASS_TITLE = "IT energy per workload class"
+CLASS_SUBTITLE = "labels: saving against A of the same seed"
+CLASS_CSV_COLUMNS = tuple(f.name for f in fields(ClassBar))
+
+
+def class_bars(results: Sequence[RunResult]) -> list[ClassBar]:
+    """The segments of :func:`energy_by_class`: per scenario and baseline (sorted), per class
+    and then the overhead, the figures of the table's energy-per-class block."""
+    names = workload_classes(results)
+    compared = {
+        id(r): class_savings(r, ref) if ref is not None else None for r, ref in pairs(results)
+    }
+    bars: list[ClassBar] = []
+    for (scenario, baseline), runs in groups(results).items():
+        energies = [e for r in runs if (e := own_energy(r)) is not None]
+        if not energies:
+            continue
+        for name in names:
+            kwh = statistics.fmean(class_kwh(e, name) for e in energies)
+            pcts = [
+                c[name].saving_pct for r in runs if (c := compared[id(r)]) is not None and name in c
+            ]
+            shown = [p for p in pcts if p is not None]
+            pct = statistics.fmean(shown) if shown and baseline != REFERENCE_BASELINE else None
+            bars.append(ClassBar(scenario, baseline, name, kwh, pct))
+    return bars
+
+
+def class_saving_label(pct: float) -> str:
+    """How a segment's saving is written on it (one decimal, as in the table)."""
+    return f"{pct:.1f} %"
+
+
+def energy_by_class(results: Sequence[RunResult], path: str | Path) -> Path:
+    """:func:`class_figure` as a PNG at ``path``."""
+    return _save(class_figure(results), path)
+
+
+def class_figure(results: Sequence[RunResult]) -> Figure:
+    """IT kWh per workload class and the overhead: a stacked bar per baseline, a panel per
+    scenario (the mean over seeds), each segment of a run other than A labelled with its saving
+    against A. The stacks' heights are the runs' own IT energy."""
+    bars = class_bars(results)
+    shown, left_out = _scenarios(results)
+    fig = _figure(7.0, 1.2 + 3.0 * max(1, len(shown)))
+    names = list(dict.fromkeys(b.workload_class for b in bars))
+    for i, scenario in enumerate(shown or [""]):
+        ax = fig.add_subplot(max(1, len(shown)), 1, i + 1)
+        mine = [b for b in bars if b.scenario == scenario]
+        baselines = list(dict.fromkeys(b.baseline for b in mine))
+        bottom = dict.fromkeys(baselines, 0.0)
+        for name in names:
+            segment = [b for b in mine if b.workload_class == name]
+            xs = [baselines.index(b.baseline) for b in segment]
+            heights = [b.kwh for b in segment]
+            lows = [bottom[b.baseline] for b in segment]
+            ax.bar(
+                xs,
+                heights,
+                0.6,
+                bottom=lows,
+                color=CLASS_COLOURS.get(name, "#9467bd"),
+                edgecolor="black",
+                linewidth=0.3,
+            )
+            for x, b, low in zip(xs, segment, lows, strict=True):
+                bottom[b.baseline] = low + b.kwh
+                if b.saving_pct is not None:
+                    ax.text(
+                        x,
+                        low + b.kwh / 2,
+                        class_saving_label(b.saving_pct),
+                        ha="center",
+                        va="center",
+                        fontsize="x-small",
+                    )
+        ax.set_xticks(range(len(baselines)), [f"baseline {b}" for b in baselines])
+        ax.set_ylabel("IT kWh")
+        ax.set_title(scenario, fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    _class_legend(fig, names)
+    inside = " (in the window)" if any(r.window is not None for r in results) else ""
+    fig.suptitle(_omitted(f"{CLASS_TITLE}{inside}\n{CLASS_SUBTITLE}", left_out))
+    return fig
+
+
+def _class_legend(fig: Figure, names: Sequence[str]) -> None:
+    from matplotlib.patches import Patch
+
+    # Top to bottom, as the segments are stacked.
+    handles = [
+        Patch(facecolor=CLASS_COLOURS.get(n, "#9467bd"), edgecolor="black", label=n)
+        for n in reversed(names)
+    ]
+    if handles:
+        fig.legend(handles=handles, fontsize="small", loc="outside right center")
+
+
+def write_class_csv(results: Sequence[RunResult], path: str | Path) -> Path:
+    """The energy-per-class chart's segments as CSV (``CLASS_CSV_COLUMNS``)."""
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(CLASS_CSV_COLUMNS)
+        for bar in class_bars(results):
+            writer.writerow(
+                [
+                    "" if v is None else repr(canonical_float(v)) if isinstance(v, float) else v
+                    for v in (getattr(bar, c) for c in CLASS_CSV_COLUMNS)
+                ]
+            )
+    return path

@@ -10,6 +10,10 @@ completed work-hour, and IT and facility energy over the same window, with both 
 over that window beside it so that each saving can be read off the row. Seeds without an A run
 are left out of them, and no common seed shows ``-``. The kWh columns without ``w`` are each
 run's own, to its own end (or inside its measurement window).
+
+Below it, a second table splits each row's IT energy by workload class, and the overhead no
+workload explains (``joulie.sim.workload_energy``), with each class's saving against A
+(``joulie.sim.saving.class_savings``: over the window of the IT saving).
 """
 
 from __future__ import annotations
@@ -23,8 +27,16 @@ from dataclasses import fields
 from pathlib import Path
 
 from joulie.sim.result_io import canonical_float, results_json
-from joulie.sim.results import ClassResult, LifecycleResult, RunResult, Sample
-from joulie.sim.saving import REFERENCE_BASELINE, Saving, energy_per_work_h, savings
+from joulie.sim.results import ClassResult, LifecycleResult, RunResult, Sample, WorkloadEnergy
+from joulie.sim.saving import (
+    OVERHEAD,
+    REFERENCE_BASELINE,
+    Saving,
+    class_savings,
+    energy_per_work_h,
+    pairs,
+    savings,
+)
 
 MISSING = "-"
 SERIES_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Sample))
@@ -194,10 +206,8 @@ def table_rows(results: Iterable[RunResult]) -> list[list[str]]:
     return rows
 
 
-def comparison_table(results: Iterable[RunResult]) -> str:
-    """Aligned plain text: labels left, numbers right, a rule under the header."""
-    results = list(results)
-    rows = table_rows(results)
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Header, rule and body lines: labels (the first two columns) left, numbers right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 
     def line(row: list[str]) -> str:
@@ -208,7 +218,14 @@ def comparison_table(results: Iterable[RunResult]) -> str:
         return "  ".join(cells).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    body = [line(row) for row in rows[1:]]
+    return [line(rows[0]), rule, *(line(row) for row in rows[1:])]
+
+
+def comparison_table(results: Iterable[RunResult]) -> str:
+    """Aligned plain text: labels left, numbers right, a rule under the header; then, where the
+    runs have it, the energy per workload class (:func:`class_table`)."""
+    results = list(results)
+    lines = _aligned(table_rows(results))
     notes = ["", *NOTES]
     if any(r.window is not None for r in results):
         notes += WINDOW_NOTES
@@ -217,7 +234,76 @@ def comparison_table(results: Iterable[RunResult]) -> str:
             "nodes off: mean over the run, powered off by the node lifecycle; cancelled: drains",
             "undone at their re-check (a pending pod could use the node), the rest shut it down",
         ]
-    return "\n".join([line(rows[0]), rule, *body, *notes]) + "\n"
+    by_class = class_table(results)
+    return "\n".join([*lines, *notes]) + "\n" + ("\n" + by_class if by_class else "")
+
+
+# --- energy per workload class ------------------------------------------------------------------
+
+
+def own_energy(run: RunResult) -> WorkloadEnergy | None:
+    """The run's energy per workload over its own span (as ``IT kWh``): inside its measurement
+    window, else from 0 to its end."""
+    if run.window is not None:
+        return run.window.energy_by_workload
+    return run.energy_by_workload
+
+
+def workload_classes(results: Iterable[RunResult]) -> list[str]:
+    """The classes the runs report energy for, sorted, then ``overhead``."""
+    names = {name for r in results if (e := own_energy(r)) is not None for name in e.by_class}
+    return [*sorted(names), OVERHEAD] if names else []
+
+
+def class_kwh(energy: WorkloadEnergy, name: str) -> float:
+    return energy.overhead_kwh if name == OVERHEAD else energy.by_class.get(name, 0.0)
+
+
+def class_rows(results: Iterable[RunResult]) -> list[list[str]]:
+    """The cells of :func:`class_table`, header first (no rows when no run has the split)."""
+    results = list(results)
+    names = workload_classes(results)
+    if not names:
+        return []
+    by_run = {
+        id(r): class_savings(r, ref) if ref is not None else None for r, ref in pairs(results)
+    }
+    rows = [
+        [
+            "scenario",
+            "baseline",
+            *(f"{n} kWh" for n in names),
+            *(f"{n} saving %" for n in names),
+        ]
+    ]
+    for (scenario, baseline), runs in groups(results).items():
+        energies = [e for r in runs if (e := own_energy(r)) is not None]
+        kwh = [fold([class_kwh(e, n) for e in energies], 2) for n in names]
+        if baseline == REFERENCE_BASELINE:
+            pct = ["ref"] * len(names)
+        else:
+            compared = [c for r in runs if (c := by_run[id(r)]) is not None]
+            pct = [fold(_present(c[n].saving_pct for c in compared if n in c), 1) for n in names]
+        rows.append([scenario, baseline, *kwh, *pct])
+    return rows
+
+
+def class_table(results: Iterable[RunResult]) -> str:
+    """The IT energy of each row per workload class and the overhead, and each one's saving
+    against A; empty when no run has the split."""
+    rows = class_rows(results)
+    if not rows:
+        return ""
+    return "\n".join([*_aligned(rows), "", *CLASS_NOTES]) + "\n"
+
+
+CLASS_NOTES = (
+    "<class> kWh: the run's own IT energy (as IT kWh) used by the workloads of that class, split",
+    "  per node by requests (idle draw) and modelled pod power (the rest); overhead: what no",
+    "  workload explains (idle nodes, unrequested capacity); the columns add up to IT kWh",
+    "saving %: 1 - run / A for that class over the window of IT saving % (after a run's end its",
+    "  cluster's draw is overhead)",
+)
 
 
 NOTES = (
@@ -269,7 +355,9 @@ def write_outputs(
     results: Sequence[RunResult], out_dir: str | Path, plots: bool = True
 ) -> list[Path]:
     """Write results.json, table.txt, a CSV per run and (``plots``) the PNGs, with the energy
-    chart's markers as ``energy_vs_makespan.csv``; return the paths.
+    chart's markers as ``energy_vs_makespan.csv`` and, where the runs split their energy per
+    workload, the energy-per-class chart's segments as ``energy_by_class.csv``; return the
+    paths.
 
     Two runs with the same scenario, baseline and seed (a sweep that varied something it did
     not put in the label) would share a CSV name: the later ones get ``-2``, ``-3`` ... so no
@@ -296,4 +384,7 @@ def write_outputs(
         written.append(charts.write_energy_csv(results, out / "energy_vs_makespan.csv"))
         written.append(charts.power_over_time(results, out / "power_over_time.png"))
         written.append(charts.profile_shares(results, out / "profile_shares.png"))
+        if workload_classes(results):
+            written.append(charts.energy_by_class(results, out / "energy_by_class.png"))
+            written.append(charts.write_class_csv(results, out / "energy_by_class.csv"))
     return written

@@ -50,8 +50,9 @@ def test_a_sweep_runs_on_two_workers_and_writes_every_output(
     ]
     assert len(list(out.glob("*-seed*.csv"))) == 4  # a series per run
     assert (out / "energy_vs_makespan.csv").exists()  # the energy chart's markers
+    assert (out / "energy_by_class.csv").exists()  # the energy-per-class chart's segments
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in out.glob("*.png"))
-    assert len(list(out.glob("*.png"))) == 3
+    assert len(list(out.glob("*.png"))) == 4
 
 
 def test_the_indexed_job_runs_index_by_index_and_collect_names_what_is_missing(

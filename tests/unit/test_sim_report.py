@@ -19,15 +19,35 @@ from matplotlib.transforms import Bbox
 
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Engine, Scenario
-from joulie.sim.plots import DPI, SAVE_BBOX, energy_figure, saving_label
-from joulie.sim.report import comparison_table, table_rows, write_outputs, write_series_csv
+from joulie.sim.plots import (
+    DPI,
+    SAVE_BBOX,
+    class_figure,
+    class_saving_label,
+    energy_figure,
+    saving_label,
+)
+from joulie.sim.report import (
+    class_rows,
+    comparison_table,
+    table_rows,
+    write_outputs,
+    write_series_csv,
+)
 from joulie.sim.result_io import (
     ResultFormatError,
     read_results,
     result_from_dict,
     results_json,
 )
-from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample, WindowResult
+from joulie.sim.results import (
+    ClassResult,
+    Percentiles,
+    RunResult,
+    Sample,
+    WindowResult,
+    WorkloadEnergy,
+)
 from joulie.sim.scenario import DEFAULT_POLICY
 from tests.unit.test_sim_engine import TWO_GPU_NODES, gpu_job
 
@@ -46,9 +66,10 @@ def make_result(
     simulated_s: float = 7200.0,
     work_h: float = 50.0,
     idle_it_w: float = 0.0,
+    energy: WorkloadEnergy | None = None,
 ) -> RunResult:
     """A plausible result whose numbers the tests choose (IT energy is facility / 1.25, and so
-    is the idle draw after the end)."""
+    is the idle draw after the end; ``energy``: its split per workload)."""
     series = tuple(
         Sample(
             t_s=600.0 * i,
@@ -93,6 +114,17 @@ def make_result(
         idle_it_w=idle_it_w,
         idle_facility_w=idle_it_w * 1.25,
         completed_work_h=work_h,
+        energy_by_workload=energy,
+    )
+
+
+def split(performance: float, standard: float, overhead: float) -> WorkloadEnergy:
+    """A split per workload: one kind per class, all in ``default``."""
+    return WorkloadEnergy(
+        by_class={"performance": performance, "standard": standard},
+        by_kind={"inference": performance, "training": standard},
+        by_namespace={"default": performance + standard},
+        overhead_kwh=overhead,
     )
 
 
@@ -135,6 +167,30 @@ def test_each_run_carries_its_saving_and_a_window_only_when_it_had_one() -> None
     assert loaded[1]["saving"]["facility_saving_pct"] == 20.0
     assert loaded[1]["saving"]["per_work_h_saving_pct"] == pytest.approx(100 * (1 - 2.5 / 2.0))
     assert [result_from_dict(d) for d in loaded] == [a, replace(b, window=window)]
+
+
+def test_the_split_per_workload_reads_back_and_is_left_out_when_there_is_none() -> None:
+    a = make_result(energy=split(20.0, 40.0, 20.0))
+    b = make_result(baseline="B", facility_kwh=75.0, energy=split(25.0, 20.0, 15.0))
+    window = WindowResult(3600.0, 7200.0, 8.0, 10.0, 4.0, a.classes, split(2.0, 4.0, 2.0))
+    results = [a, replace(b, window=window), make_result(seed=2)]
+    loaded = json.loads(results_json(results))
+    assert loaded[0]["energy_by_workload"]["by_kind"] == {"inference": 20.0, "training": 40.0}
+    assert loaded[1]["window"]["energy_by_workload"]["overhead_kwh"] == 2.0
+    assert "energy_by_workload" not in loaded[2]
+    assert [result_from_dict(d) for d in loaded] == results
+    # B's classes against A over the same window (both end at 2 h): 1 - 25 / 20, 1 - 20 / 40.
+    by_class = loaded[1]["saving"]["by_class"]
+    assert list(by_class) == ["overhead", "performance", "standard"]  # JSON keys sorted
+    assert by_class["standard"] == {
+        "run_kwh": 20.0,
+        "reference_kwh": 40.0,
+        "saving_kwh": 20.0,
+        "saving_pct": 50.0,
+    }
+    assert by_class["performance"]["saving_pct"] == -25.0
+    assert by_class["overhead"]["saving_kwh"] == 5.0
+    assert "by_class" not in loaded[0]["saving"]  # A is the reference
 
 
 def test_a_nan_is_refused_where_it_is_written() -> None:
@@ -392,3 +448,101 @@ def _inside(box: Bbox, outer: Bbox) -> bool:
     return bool(
         outer.x0 <= box.x0 <= box.x1 <= outer.x1 and outer.y0 <= box.y0 <= box.y1 <= outer.y1
     )
+
+
+# --- energy per workload class, read the same everywhere ----------------------------------------
+
+
+def _class_cells(text: str) -> dict[str, dict[str, str]]:
+    """The energy-per-class block of table.txt as baseline -> column -> cell."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "performance kWh" in line)
+    return _table_cells("\n".join(lines[first:]))
+
+
+def test_table_json_and_chart_agree_on_the_energy_per_class(tmp_path: Path) -> None:
+    a, b = _tiny_runs()
+    write_outputs([a, b], tmp_path)
+    table = _class_cells((tmp_path / "table.txt").read_text())
+    loaded = json.loads((tmp_path / "results.json").read_text())
+    with (tmp_path / "energy_by_class.csv").open() as f:
+        bars = {(row["baseline"], row["workload_class"]): row for row in csv.DictReader(f)}
+    labels = [t.get_text() for t in class_figure([a, b]).axes[0].texts]
+    assert (tmp_path / "energy_by_class.png").read_bytes().startswith(PNG_SIGNATURE)
+
+    by_class = loaded[1]["saving"]["by_class"]
+    for baseline, run_json in zip("AB", loaded, strict=True):
+        energy = run_json["energy_by_workload"]
+        # The run's own split adds up to its own IT energy, as its IT kWh cell reads it.
+        total = sum(energy["by_class"].values()) + energy["overhead_kwh"]
+        assert total == pytest.approx(run_json["it_energy_kwh"], rel=1e-9)
+        for name in ("performance", "standard", "overhead"):
+            kwh = energy["overhead_kwh"] if name == "overhead" else energy["by_class"][name]
+            assert table[baseline][f"{name} kWh"] == f"{kwh:.2f}"
+            assert float(bars[baseline, name]["kwh"]) == pytest.approx(kwh)
+    # Only standard work ran: the performance class has no energy, so no saving either.
+    assert table["B"]["performance kWh"] == "0.00"
+    assert by_class["performance"]["saving_pct"] is None
+    assert table["B"]["performance saving %"] == "-"
+    for name in ("standard", "overhead"):
+        pct = by_class[name]["saving_pct"]
+        assert pct == pytest.approx(
+            100 * (1 - by_class[name]["run_kwh"] / by_class[name]["reference_kwh"])
+        )
+        assert table["B"][f"{name} saving %"] == f"{pct:.1f}"
+        assert float(bars["B", name]["saving_pct"]) == pytest.approx(pct)
+        assert bars["A", name]["saving_pct"] == ""
+        assert table["A"][f"{name} saving %"] == "ref"
+    # The classes are the run's own; A idling on in the shared window is A's overhead.
+    assert by_class["standard"]["run_kwh"] == pytest.approx(
+        loaded[1]["energy_by_workload"]["by_class"]["standard"]
+    )
+    assert by_class["overhead"]["reference_kwh"] > loaded[0]["energy_by_workload"]["overhead_kwh"]
+    # The chart labels B's segments with the savings the table shows.
+    assert labels == [
+        class_saving_label(by_class[n]["saving_pct"]) for n in ("standard", "overhead")
+    ]
+    assert labels[0] == f"{table['B']['standard saving %']} %"
+
+
+def test_runs_without_the_split_print_no_class_block_and_draw_no_class_chart(
+    tmp_path: Path,
+) -> None:
+    results = [make_result(), make_result(baseline="B", facility_kwh=80.0)]
+    assert class_rows(results) == []
+    assert "performance kWh" not in comparison_table(results)
+    names = {p.name for p in write_outputs(results, tmp_path)}
+    assert "energy_by_class.png" not in names
+
+
+def test_the_class_block_folds_seeds_and_leaves_the_main_table_as_it_was() -> None:
+    results = [
+        make_result("s", "A", 1, 100.0, energy=split(20.0, 40.0, 20.0)),
+        make_result("s", "A", 2, 100.0, energy=split(20.0, 40.0, 20.0)),
+        make_result("s", "B", 1, 90.0, energy=split(20.0, 30.0, 22.0)),
+        make_result("s", "B", 2, 90.0, energy=split(20.0, 36.0, 16.0)),
+    ]
+    header, *rows = class_rows(results)
+    b = dict(zip(header, rows[1], strict=True))
+    assert b["standard kWh"] == "33.00 ± 4.24"
+    assert b["standard saving %"] == "17.5 ± 10.6"  # 25 % and 10 %
+    assert b["performance saving %"] == "0.0 ± 0.0"
+    plain = [replace(r, energy_by_workload=None) for r in results]
+    assert comparison_table(results).startswith(comparison_table(plain))
+
+
+def test_the_class_chart_s_legend_lies_inside_the_saved_figure() -> None:
+    results = [
+        make_result(s, b, 1, 100.0 - 5 * i, energy=split(10.0, 20.0 - i, 30.0))
+        for s in ("s1", "s2")
+        for i, b in enumerate("AB")
+    ]
+    fig = class_figure(results)
+    canvas = FigureCanvasAgg(fig)
+    fig.savefig(io.BytesIO(), format="png", dpi=DPI, bbox_inches=SAVE_BBOX)
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    saved = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)
+    legends = _legends(fig)
+    assert len(legends) == 1
+    assert [t.get_text() for t in legends[0].get_texts()] == ["overhead", "standard", "performance"]
+    assert _inside(legends[0].get_window_extent(renderer), saved)
