@@ -16,8 +16,9 @@ How it decides, and why:
   that write, so the old leader has stopped before anyone else may start. A renewal that finds
   another holder in a still-valid record steps down at once (client-go would keep trying until
   the deadline, but the outcome is already certain).
-- On graceful shutdown the leader first stops its own work, then releases the Lease
-  (client-go's ReleaseOnCancel): it writes an empty ``holderIdentity``, which candidates treat
+- On graceful shutdown the leader first stops its own work, which still counts as leading while
+  it stops (the Lease is held and the renew deadline fences its writes as ever), so the work can
+  hand over what it holds, then releases the Lease (client-go's ReleaseOnCancel): it writes an empty ``holderIdentity``, which candidates treat
   as free at once, together with ``leaseDurationSeconds: 1``, so that a client that only checks
   expiry still takes over about a second later. ``leaseTransitions`` is left unchanged; the next
   holder increments it. If the work does not stop in time, the Lease is *not* released and simply
@@ -416,13 +417,18 @@ class LeaderElector:
             self._log.error("leader work failed", exc_info=exc)
 
     async def _stop_leading(self, reason: str, *, release: bool) -> None:
-        self._leading = False
-        self._gauge.set(0)
         if reason == "shutdown":
+            # The Lease is still ours: the work's own last writes (what it must hand over, such
+            # as totals counted since its last write) may go out while it stops, fenced by the
+            # renew deadline as every write is. Lost leadership stops writes at once.
             self._log.info("stopping leadership for shutdown")
         else:
+            self._leading = False
+            self._gauge.set(0)
             self._log.warning("leadership lost", reason=reason, holder=self._holder)
         work_stopped = await self._stop_work()
+        self._leading = False
+        self._gauge.set(0)
         await self._call("on_stopped_leading", self._on_stopped)
         if not release:
             return

@@ -385,11 +385,13 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
 ) -> None:
     stopped_at: list[float] = []
     work_cancelled = asyncio.Event()
+    may_write: list[bool] = []
 
     async def work() -> None:
         try:
             await asyncio.Event().wait()  # leader work that runs until it is cancelled
         except asyncio.CancelledError:
+            may_write.append(elector.is_leader)
             work_cancelled.set()
             raise
 
@@ -416,6 +418,7 @@ async def test_leader_that_cannot_renew_steps_down_and_stops_its_work(
             # The deadline counts from the last renewal sent before the cut.
             assert stepped_down <= config.renew_deadline + 0.3
             assert work_cancelled.is_set()
+            assert may_write == [False]  # leadership lost: the work's writes stop at once
             assert not elector.is_leader
             assert gauge(lease_name) == 0
             assert elector.is_ready()  # a follower still serves
@@ -565,7 +568,8 @@ async def test_graceful_stop_stops_the_work_then_releases(
         try:
             await asyncio.Event().wait()  # leader work that runs until it is cancelled
         except asyncio.CancelledError:
-            order.append("work stopped")
+            # The Lease is still held: the work's last writes (totals it hands over) may go out.
+            order.append(f"work stopped, may write: {elector.is_leader}")
             raise
 
     def on_stopped() -> None:
@@ -581,7 +585,7 @@ async def test_graceful_stop_stops_the_work_then_releases(
         async with running(elector):
             await eventually(lambda: elector.is_leader, 5, "leadership")
             held = read_lease(cluster, lease_name)
-        assert order == ["work stopped", "stopped leading, holder=leaving"]
+        assert order == ["work stopped, may write: True", "stopped leading, holder=leaving"]
         assert gauge(lease_name) == 0
 
     released = read_lease(cluster, lease_name)
