@@ -243,8 +243,14 @@ def _gpu_fallback_watts(vendor: str | None) -> float:
     return GPU_GENERIC_FALLBACK_WATTS
 
 
-def node_power_profile(status: NodeHardwareStatus | None) -> NodePowerProfile | None:
+def node_power_profile(
+    status: NodeHardwareStatus | None, fallback_cores: int = 0
+) -> NodePowerProfile | None:
     """The power profile of a node from its NodeHardware status; None without one.
+
+    Logical CPUs: ``status.cpu.totalCores``, else cores per socket x sockets, else
+    ``fallback_cores`` (a caller that knows the node's allocatable CPUs passes them: a status
+    without a core count would otherwise make every pod's CPU share a whole node).
 
     CPU maximum: ``capRange.maxWattsPerSocket`` x sockets (at least one), else 3.5 W per logical
     CPU with a 150 W floor. GPU maximum per board: ``capRangePerGpu.maxWatts``, else by vendor
@@ -252,7 +258,7 @@ def node_power_profile(status: NodeHardwareStatus | None) -> NodePowerProfile | 
     """
     if status is None:
         return None
-    cores = _logical_cpus(status)
+    cores = _logical_cpus(status) or max(0, fallback_cores)
     cpu = status.cpu
     per_socket = _positive(
         cpu.cap_range.max_watts_per_socket if cpu is not None and cpu.cap_range else None

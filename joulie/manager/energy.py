@@ -336,8 +336,10 @@ class EnergyAccountant:
     def _split(self, name: str, energy: float, seconds: float, idle: float) -> Attribution:
         pods = [p for p in self._cache.workload_pods(name) if p.node_name == name]
         facts = self._cache.hardware_of(name)
-        profile = node_power_profile(facts.status if facts is not None else None)
-        uses, has_gpus = pod_uses(self._cache.nodes.get(name), pods, profile, self._models(name))
+        node = self._cache.nodes.get(name)
+        cores = room(node.allocatable).cpu_millis // 1000 if node is not None else 0
+        profile = node_power_profile(facts.status if facts is not None else None, cores)
+        uses, has_gpus = pod_uses(node, pods, profile, self._models(name))
         return attribute(NodeInterval(energy, seconds, idle, has_gpus), uses)
 
     def _admit(self, account: str) -> str:

@@ -348,3 +348,19 @@ def test_any_pod_yields_a_usable_demand(
     assert result.gpus >= 0
     assert result.performance is performance
     assert marginal_watts(result, GPU_NODE) >= 0
+
+
+def test_a_status_without_a_core_count_takes_the_callers_allocatable_cpus() -> None:
+    # A NodeHardware published for a simulated node names no cores: without the node's own
+    # count every pod would hold a whole node's CPU share, and two pods of 48 and 144 cores on
+    # a 192-CPU node would be estimated alike.
+    status = NodeHardwareStatus.model_validate({"cpu": {"sockets": 2}})
+    unknown = node_power_profile(status)
+    known = node_power_profile(status, fallback_cores=192)
+    assert unknown is not None
+    assert known is not None
+    assert unknown.cores == 0
+    assert known.cores == 192
+    small, large = (PodDemand(c, 0.0, 0, False) for c in (48.0, 144.0))
+    assert marginal_watts(small, unknown) == marginal_watts(large, unknown)
+    assert marginal_watts(large, known) == pytest.approx(3 * marginal_watts(small, known))
