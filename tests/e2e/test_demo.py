@@ -1,7 +1,8 @@
 """`make demo`'s run, short (what CI runs of the README's main command): a cluster of its own
 with every role as a process, the embedded workload, the live view and the summary; performance
-pods only on performance nodes, energy measured, controls applied by the agent, and nothing left
-running afterwards."""
+pods only on performance nodes, energy measured, controls applied by the agent, the manager's
+energy accounts and the saving (also as `joulie status --energy` prints them against the demo's
+cluster), and nothing left running afterwards."""
 
 from __future__ import annotations
 
@@ -72,6 +73,28 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     assert result["energy_kwh"] > 0
     assert result["control_results"].get("applied", 0) > 0
     assert "all of them on performance nodes" in out
+    # The answer (#29 item 4): the live view shows the running saving, the summary what the
+    # manager booked, what the same work would have drawn without Joulie and the saving.
+    assert "saved so far: " in out
+    booked = result["booked"]
+    assert booked is not None, result["booked_problem"]
+    assert booked["total"]["used_kwh"] > 0
+    assert set(booked["by_class"]) == {"performance", "standard"}
+    total = booked["total"]
+    assert total["without_kwh"] == pytest.approx(total["used_kwh"] + total["saved_kwh"])
+    saving = [line for line in out.splitlines() if line.startswith("  saving: ")]
+    assert saving == [
+        f"  saving: {total['saved_kwh']:.3f} kWh ({total['saved_pct']:.1f} %) of the "
+        f"{total['without_kwh']:.3f} kWh the same work would have drawn without Joulie's controls"
+    ], out[-3000:]
+    # `joulie status --energy` against the demo's cluster: the per-namespace table.
+    status = out.split("`joulie status --energy` against the demo cluster, before it stopped:")
+    assert len(status) == 2, out[-3000:]
+    table = status[1].splitlines()
+    header = next(line.split() for line in table if "NAMESPACE" in line)
+    assert header == ["NAMESPACE", "CLASS", "kWh", "SHARE", "SAVED", "kWh", "SAVED"]
+    rows = {tuple(line.split()[:2]) for line in table if line.strip().startswith("joulie-demo")}
+    assert rows == {("joulie-demo", "performance"), ("joulie-demo", "standard")}
     # Nothing left running: every component the cluster recorded, and every role.
     state = json.loads((work / "state.json").read_text())
     for name, comp in state["components"].items():
