@@ -95,6 +95,9 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     assert header == ["NAMESPACE", "CLASS", "kWh", "SHARE", "SAVED", "kWh", "SAVED"]
     rows = {tuple(line.split()[:2]) for line in table if line.strip().startswith("joulie-demo")}
     assert rows == {("joulie-demo", "performance"), ("joulie-demo", "standard")}
+    # The same accounts: the manager's last write, as its term ended on SIGTERM, landed.
+    assert booked["source"].endswith("written by the manager as it stopped"), booked["source"]
+    assert any(line.strip().startswith(f"saved: {total['saved_kwh']:.3f} kWh") for line in table)
     # Nothing left running: every component the cluster recorded, and every role.
     state = json.loads((work / "state.json").read_text())
     for name, comp in state["components"].items():
