@@ -18,9 +18,10 @@ How it decides, and why:
   the deadline, but the outcome is already certain).
 - On graceful shutdown the leader first stops its own work, which still counts as leading while
   it stops (the Lease is held and the renew deadline fences its writes as ever), so the work can
-  hand over what it holds, then releases the Lease (client-go's ReleaseOnCancel): it writes an empty ``holderIdentity``, which candidates treat
-  as free at once, together with ``leaseDurationSeconds: 1``, so that a client that only checks
-  expiry still takes over about a second later. ``leaseTransitions`` is left unchanged; the next
+  hand over what it holds, then releases the Lease (client-go's ReleaseOnCancel): it writes an
+  empty ``holderIdentity``, which candidates treat as free at once, together with
+  ``leaseDurationSeconds: 1``, so that a client that only checks expiry still takes over about a
+  second later. ``leaseTransitions`` is left unchanged; the next
   holder increments it. If the work does not stop in time, the Lease is *not* released and simply
   expires, because a successor must never overlap with a writer that is still running.
 - Followers poll every retry period with client-go's jitter (2 to 4.4 s by default) and, in
