@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from joulie.core.power_model import Controls, Load, NodePowerSpec, Steady, steady_state
 
-__all__ = ["PodWork", "counterfactuals", "pod_power"]
+__all__ = ["PodWork", "counterfactuals", "idle_power", "pod_power"]
 
 _NO_CONTROLS = Controls()
 
@@ -96,7 +96,8 @@ def pod_power(
     return out
 
 
-def _idle_w(spec: NodePowerSpec, controls: Controls) -> float:
+def idle_power(spec: NodePowerSpec, controls: Controls) -> float:
+    """What the node draws with nothing running, under ``controls``."""
     return steady_state(spec, Load(), controls).node_w
 
 
@@ -113,7 +114,7 @@ def counterfactuals(
     a share of."""
     if controls == _NO_CONTROLS or not pods:
         return [1.0] * len(pods)
-    idle_now, idle_uncontrolled = _idle_w(spec, controls), _idle_w(spec, _NO_CONTROLS)
+    idle_now, idle_uncontrolled = idle_power(spec, controls), idle_power(spec, _NO_CONTROLS)
     now = pod_power(spec, controls, pods, node_cores)
     uncontrolled = pod_power(spec, _NO_CONTROLS, pods, node_cores)
     factors = []

@@ -12,11 +12,12 @@ Choices, and what they cost:
 * **Gaps are not guessed.** An interval longer than 3 reconcile intervals (a failed read, a
   paused leader) is lost, and the next reading starts afresh: interpolating across it would
   invent energy nobody measured.
-* **Idle draw is measured, not modelled.** The manager has no per-node idle model, so a node's
-  idle draw is the lowest reading seen for it (in memory, per node). A node never seen idle
-  overstates it: more of its energy goes to the pods by their requests and less by their
-  modelled marginal power, and capacity nobody asked for looks costlier. The split still adds up
-  to the measured energy.
+* **Idle draw is measured where it can be.** A node's idle draw is its lowest reading while it
+  ran no workload pod (in memory, per node); a node not seen empty by this process (a busy node,
+  or any node just after a takeover) gets the power model's idle draw for its hardware under its
+  controls (``hardware.power_spec``; the catalog's measured idle where it has one), and only a
+  node the planner has no model of falls back to its lowest reading, which overstates it. The
+  split adds up to the measured energy either way.
 * **The pods are those of the interval's end**, bound to the node and not finished, DaemonSet
   pods and mirror pods aside (their draw is overhead): a pod that started or ended within the
   interval gets all or none of it (one interval per pod, at RECONCILE_INTERVAL).
@@ -62,7 +63,7 @@ from joulie.core.energy_accounting import (
     pod_use,
     resource_share,
 )
-from joulie.core.energy_counterfactual import PodWork, counterfactuals
+from joulie.core.energy_counterfactual import PodWork, counterfactuals, idle_power
 from joulie.core.pod_power import (
     CPU_FALLBACK_CORES_PERFORMANCE,
     CPU_FALLBACK_CORES_STANDARD,
@@ -151,6 +152,11 @@ _COUNTERS: Final = EnergyCounters.registered(REGISTRY)
 def account_of(pod: SlimPod) -> str:
     """ "<namespace>/<class>": the pod's workload class when it names one, else standard."""
     return account_key(pod.namespace, pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION))
+
+
+@functools.lru_cache(maxsize=FACTORS_CACHED)
+def _modelled_idle_w(spec: NodePowerSpec, controls: Controls) -> float:
+    return idle_power(spec, controls)
 
 
 @functools.lru_cache(maxsize=FACTORS_CACHED)
@@ -253,7 +259,10 @@ class EnergyAccountant:
         self._totals = _Totals()
         """What the counters hold (the process's own figures, which a restore only raises)."""
         self._idle: dict[str, float] = {}
-        """Per node, the lowest reading seen: its idle draw (kept across terms, a measurement)."""
+        """Per node, the lowest reading while it ran no workload pod: its measured idle draw
+        (kept across terms, a measurement)."""
+        self._lowest: dict[str, float] = {}
+        """Per node, the lowest reading seen (the idle draw of last resort)."""
         self._last: dict[str, _Sample] = {}
         self._restored = False
         self._not_before = 0.0
@@ -311,8 +320,9 @@ class EnergyAccountant:
             return  # counted by the leader that wrote the stored totals
         for name in [n for n in self._last if n not in reading.nodes]:
             del self._last[name]
-        for name in [n for n in self._idle if n not in reading.nodes]:
-            del self._idle[name]
+        for table in (self._idle, self._lowest):
+            for name in [n for n in table if n not in reading.nodes]:
+                del table[name]
         for name, power in reading.nodes.items():
             watts = power.watts
             if watts is None or not math.isfinite(watts) or watts < 0:
@@ -321,25 +331,39 @@ class EnergyAccountant:
             if previous is not None and previous.at == at:
                 continue  # the reader's cached reading, already counted
             self._last[name] = _Sample(at, watts)
-            idle = min(self._idle.get(name, watts), watts)
-            self._idle[name] = idle
+            pods = [p for p in self._cache.workload_pods(name) if p.node_name == name]
+            self._lowest[name] = min(self._lowest.get(name, watts), watts)
+            if not pods:
+                self._idle[name] = min(self._idle.get(name, watts), watts)
             if previous is None:
                 continue
             seconds = at - previous.at
             if not 0 < seconds <= self._max_gap:
                 continue  # a gap is lost, not guessed; this reading starts afresh
             energy = (previous.watts + watts) / 2 * seconds
-            self._book(self._split(name, energy, seconds, idle))
+            self._book(self._split(name, pods, energy, seconds))
             self._totals.through = max(self._totals.through, at)
             self._dirty = True
 
-    def _split(self, name: str, energy: float, seconds: float, idle: float) -> Attribution:
-        pods = [p for p in self._cache.workload_pods(name) if p.node_name == name]
+    def _idle_w(self, name: str, model: NodeModel | None) -> float:
+        """The node's idle draw: measured while it ran no workload pod, else the power model's
+        under its controls, else the lowest reading seen (which overstates it on a node never
+        seen idle)."""
+        measured = self._idle.get(name)
+        if measured is not None:
+            return measured
+        if model is not None:
+            return _modelled_idle_w(*model)
+        return self._lowest[name]
+
+    def _split(self, name: str, pods: list[SlimPod], energy: float, seconds: float) -> Attribution:
         facts = self._cache.hardware_of(name)
         node = self._cache.nodes.get(name)
         cores = room(node.allocatable).cpu_millis // 1000 if node is not None else 0
         profile = node_power_profile(facts.status if facts is not None else None, cores)
-        uses, has_gpus = pod_uses(node, pods, profile, self._models(name))
+        model = self._models(name)
+        uses, has_gpus = pod_uses(node, pods, profile, model)
+        idle = self._idle_w(name, model)
         return attribute(NodeInterval(energy, seconds, idle, has_gpus), uses)
 
     def _admit(self, account: str) -> str:

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from joulie.api import keys
+from joulie.core.energy_counterfactual import idle_power
 from joulie.core.pod_power import NodePowerProfile
 from joulie.core.power_model import Controls, NodePowerSpec
 from joulie.hardware.catalog import Catalog
@@ -354,3 +355,32 @@ def test_a_broken_podgroups_field_is_refused_with_the_reason() -> None:
         energy_store.parse({"podgroups": json.dumps([["ml/x", 1.0]])})
     with pytest.raises(energy_store.UnusableStore, match="<namespace>/<podgroup>"):
         energy_store.parse({"podgroups": json.dumps([["nogroup", 1.0, 0.0, 0.0]])})
+
+
+def test_a_node_not_seen_empty_takes_its_modelled_idle_draw_not_its_busy_reading() -> None:
+    # A new leader first sees the GPU node already busy at 350 W. Taking that as its idle draw
+    # would book the pod its request share of all 350 W and nothing to the work itself; the
+    # model's idle draw for the node (about 100 W) is what it draws with nothing running.
+    spec = one_a40()
+    share = (8 / 64 + 64 / 512 + 1.0) / 3
+    busy = Accounts(cache_with(GPU_POD, GPU_NODE), models=lambda _: (spec, Controls()))
+    blind = Accounts(cache_with(GPU_POD, GPU_NODE))  # no model: the lowest reading it saw
+    for accounts in (busy, blind):
+        accounts.record(1000.0, 350.0)
+        accounts.record(1000.0 + INTERVAL, 350.0)
+    idle_w = idle_power(spec, Controls())
+    assert 50.0 < idle_w < 200.0
+    assert busy.used("ml", "performance") == pytest.approx(idle_w * INTERVAL * share)
+    assert blind.used("ml", "performance") == pytest.approx(350.0 * INTERVAL * share)
+
+
+def test_an_idle_draw_measured_while_the_node_was_empty_wins_over_the_model() -> None:
+    spec = one_a40()
+    accounts = Accounts(cache_with([], GPU_NODE), models=lambda _: (spec, Controls()))
+    accounts.record(1000.0, 120.0)  # empty: 120 W is what this node draws idle
+    accounts.accountant._cache = cache_with(GPU_POD, GPU_NODE)
+    accounts.record(1000.0 + INTERVAL, 350.0)
+    # No NodeHardware, so no modelled marginal power: the pod gets its share of the measured
+    # idle draw (8/64 CPUs, 64/512 GiB, 1/1 GPU), the rest is overhead.
+    share = (8 / 64 + 64 / 512 + 1.0) / 3
+    assert accounts.used("ml", "performance") == pytest.approx(120.0 * INTERVAL * share)
