@@ -306,9 +306,9 @@ class Demo:
             return None, f"{exc} (manager exit status {code})"
         live = energy_report(metric_totals(counters)) if counters else None
         if live is not None and live.total_kwh > stored.total_kwh * (1 + 1e-9) + 1e-12:
-            note = f"the manager's counters (its last write to the {CONFIGMAP} did not land)"
+            note = f"the manager's counters (its last write to {CONFIGMAP} did not land)"
             return booked(live, note), ""
-        return booked(stored, f"the {CONFIGMAP}, written by the manager as it stopped"), ""
+        return booked(stored, f"{CONFIGMAP} (the manager's write as it stopped)"), ""
 
     def _status_energy(self) -> str:
         """What `joulie status --energy` prints against the demo cluster (as an operator would

@@ -155,8 +155,8 @@ def energy_lines(o: Outcome) -> list[str]:
     if b.source:
         lines.append(f"    read from {b.source}")
     lines.append(
-        f"  saving: {b.total.saved_kwh:.3f} kWh ({_pct(b.total.saved_pct)}) of the "
-        f"{b.total.without_kwh:.3f} kWh the same work would have drawn without Joulie's controls"
+        f"  saving: {b.total.saved_kwh:.3f} kWh ({_pct(b.total.saved_pct)}) of "
+        f"{b.total.without_kwh:.3f} kWh the same work would draw without Joulie's controls"
     )
     return lines
 
@@ -175,8 +175,8 @@ def summary_text(o: Outcome) -> str:
             "Joulie demo summary",
             f"  ran {clock(o.duration_s)} (simulated {clock(o.simulated_s)}), "
             f"{o.pods_submitted} pods submitted on {o.nodes} nodes",
-            f"  energy used by the nodes: {o.energy_kwh:.1f} kWh (the simulator's count, on the "
-            f"simulated clock), mean IT power {o.mean_it_power_kw:.1f} kW",
+            f"  energy used by the nodes: {o.energy_kwh:.1f} kWh (the simulator's count, simulated "
+            f"clock), mean IT power {o.mean_it_power_kw:.1f} kW",
             f"  performance pods placed: {performance}, {verdict}",
             f"  standard pods placed: {_counts(o.standard_placed)}",
             f"  performance nodes at the peak: {o.performance_nodes_peak} of {o.nodes}",

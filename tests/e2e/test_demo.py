@@ -84,8 +84,8 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     assert total["without_kwh"] == pytest.approx(total["used_kwh"] + total["saved_kwh"])
     saving = [line for line in out.splitlines() if line.startswith("  saving: ")]
     assert saving == [
-        f"  saving: {total['saved_kwh']:.3f} kWh ({total['saved_pct']:.1f} %) of the "
-        f"{total['without_kwh']:.3f} kWh the same work would have drawn without Joulie's controls"
+        f"  saving: {total['saved_kwh']:.3f} kWh ({total['saved_pct']:.1f} %) of "
+        f"{total['without_kwh']:.3f} kWh the same work would draw without Joulie's controls"
     ], out[-3000:]
     # `joulie status --energy` against the demo's cluster: the per-namespace table.
     status = out.split("`joulie status --energy` against the demo cluster, before it stopped:")
@@ -96,7 +96,7 @@ def test_a_short_demo_runs_places_and_cleans_up(tmp_path: Path) -> None:
     rows = {tuple(line.split()[:2]) for line in table if line.strip().startswith("joulie-demo")}
     assert rows == {("joulie-demo", "performance"), ("joulie-demo", "standard")}
     # The same accounts: the manager's last write, as its term ended on SIGTERM, landed.
-    assert booked["source"].endswith("written by the manager as it stopped"), booked["source"]
+    assert booked["source"].endswith("(the manager's write as it stopped)"), booked["source"]
     assert any(line.strip().startswith(f"saved: {total['saved_kwh']:.3f} kWh") for line in table)
     # Nothing left running: every component the cluster recorded, and every role.
     state = json.loads((work / "state.json").read_text())

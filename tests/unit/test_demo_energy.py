@@ -49,8 +49,7 @@ def test_the_summary_gives_used_without_joulie_and_the_saving_per_class_and_in_a
         "all classes: used 2.800 kWh, without Joulie's controls 3.060 kWh, saved 0.260 kWh (8.5 %)"
     ]
     assert lines_of(text, "saving:") == [
-        "saving: 0.260 kWh (8.5 %) of the 3.060 kWh the same work would have drawn without "
-        "Joulie's controls"
+        "saving: 0.260 kWh (8.5 %) of 3.060 kWh the same work would draw without Joulie's controls"
     ]
     # The overhead is stated, and kept out of the saving's share.
     assert "node overhead, outside the saving (no pod explains it): 0.400 kWh" in text
@@ -63,7 +62,7 @@ def test_the_summary_names_the_clock_the_accounts_count_in() -> None:
     assert "simulated watts over wall-clock seconds" in text
     assert "on the simulated clock each figure is x30" in text
     # The simulator's own figure says it is on the simulated clock.
-    assert "36.1 kWh (the simulator's count, on the simulated clock)" in text
+    assert "36.1 kWh (the simulator's count, simulated clock)" in text
 
 
 def test_the_summary_uses_the_status_commands_arithmetic() -> None:
