@@ -80,10 +80,12 @@ __all__ = [
     "Steady",
     "Throughput",
     "advance",
+    "board_energy_per_work",
     "board_steady",
     "cpu_clock_ratio",
     "effective_cpu_cap_w",
     "effective_gpu_cap_w",
+    "energy_optimal_cap_w",
     "facility",
     "gpu_clock_ratio",
     "initial_state",
@@ -658,6 +660,31 @@ def board_steady(spec: GpuPowerSpec, util: float, controls: Controls) -> tuple[f
     # held-clock preset, which it then pulls down.
     share = (cap - spec.idle_w) / (demanded - spec.idle_w)
     return cap, clock * _cap_law_speed(spec, share), True
+
+
+def board_energy_per_work(spec: GpuPowerSpec, cap_w: float, util: float = 1.0) -> float:
+    """Joules per unit of work of one board ``util`` busy under a cap of ``cap_w`` (relative:
+    watts over speed, 1.0 being the uncapped speed)."""
+    watts, speed, _ = board_steady(spec, util, Controls(gpu_cap_w=cap_w))
+    return watts / speed if speed > 0.0 else math.inf
+
+
+def energy_optimal_cap_w(spec: GpuPowerSpec) -> float:
+    """The cap at which a fully busy board does its work for the least energy: the minimum of
+    :func:`board_energy_per_work` over the board's cap range, searched on a 1 W grid and at the
+    knee (the law has exactly one minimum, at or above the knee).
+    Compute-bound work at full utilisation is the case a cap binds hardest; lighter work never
+    reaches a cap at this point."""
+    low, high = spec.min_cap_w, spec.max_w
+    steps = max(1, math.ceil(high - low))
+    caps = [low + (high - low) * i / steps for i in range(steps + 1)]
+    # Exactly, not a grid step off: the law's kink, where the minimum of a fully busy board
+    # usually lies, and the stationary point above it (watts over speed, c / ((c - idle) /
+    # span) ** e, is least at c = idle / (1 - e)), which a steep exponent puts above the knee.
+    knee = spec.idle_w + spec.knee_share * (spec.max_w - spec.idle_w)
+    stationary = spec.idle_w / (1.0 - spec.cap_exponent)
+    caps += [min(high, max(low, cap)) for cap in (knee, stationary)]
+    return min(caps, key=lambda cap: (board_energy_per_work(spec, cap), -cap))
 
 
 def _gpu_steady(

@@ -11,7 +11,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joulie.core.power_model import (
@@ -26,8 +26,10 @@ from joulie.core.power_model import (
     Steady,
     Throughput,
     advance,
+    board_energy_per_work,
     effective_cpu_cap_w,
     effective_gpu_cap_w,
+    energy_optimal_cap_w,
     facility,
     initial_state,
     steady_state,
@@ -558,3 +560,34 @@ def test_faster_parts_shorten_only_the_work_they_do(
     assert inference == pytest.approx(memory)
     # A CPU job is not sped up by the node's GPUs.
     assert work_speed(1.0, 1.0, cpu_share, 0.0, fast) == pytest.approx(1.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpu_specs())
+def test_the_energy_optimal_cap_is_the_least_energy_per_work_in_the_boards_range(
+    spec: GpuPowerSpec,
+) -> None:
+    best = energy_optimal_cap_w(spec)
+    assert spec.min_cap_w <= best <= spec.max_w
+    knee = spec.idle_w + spec.knee_share * (spec.max_w - spec.idle_w)
+    # At or above the knee, unless the board's lowest cap is above it.
+    assert best >= min(knee, spec.max_w) - 1.0 or best == spec.min_cap_w
+    least = board_energy_per_work(spec, best)
+    for i in range(21):
+        cap = spec.min_cap_w + (spec.max_w - spec.min_cap_w) * i / 20
+        assert least <= board_energy_per_work(spec, cap) * (1 + 1e-9)
+
+
+def test_the_a40s_energy_optimal_cap_is_where_zeus_measured_its_minimum() -> None:
+    # Zeus (NSDI '23), A40 training, medians (docs/calibration.md): 0.91 of the uncapped energy
+    # at 150 W, 0.79 at 175 and at 200 W, 0.84 at 225 W: the minimum lies between 175 and 200 W.
+    a40 = GpuPowerSpec(
+        count=1,
+        idle_w=30.0,
+        max_w=300.0,
+        min_cap_w=100.0,
+        knee_w=190.0,
+        floor_w=71.0,
+        cap_exponent=0.27,
+    )
+    assert 175.0 <= energy_optimal_cap_w(a40) <= 200.0
