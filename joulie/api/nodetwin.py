@@ -86,11 +86,26 @@ class GpuGovernorSpec(K8sModel):
         return self
 
 
+class GpuClassCaps(K8sModel):
+    """What each GPU runs at by the workload class of the pod on it, board by board; a class
+    left out follows ``powerCap``."""
+
+    performance: GpuPowerCap | None = None
+    """A board a performance pod runs on."""
+    standard: GpuPowerCap | None = None
+    """A board a standard pod runs on (the board's energy-optimal cap)."""
+    idle: GpuPowerCap | None = None
+    """A board no pod runs on."""
+
+
 class GpuSpec(K8sModel):
     power_cap: GpuPowerCap | None = None
     """Per-GPU power cap intent."""
     governor: GpuGovernorSpec | None = None
     """GPU governor preset; absent means the agent keeps (or restores) the GPUs' own setting."""
+    class_caps: GpuClassCaps | None = None
+    """Per-device caps by the class of each board's pod (the class_caps policy); absent: every
+    board takes ``powerCap``."""
 
 
 class PolicySpec(K8sModel):

@@ -207,7 +207,9 @@ def _config(roles_text: str, output: str) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from joulie.api.inventory import InventoryError, load_inventory
     from joulie.cli.plan import (
+        family_gpu_caps,
         inventory_nodes,
+        inventory_views,
         load_catalog,
         make_plan,
         render,
@@ -276,7 +278,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"joulie: warning: {args.inventory}: {warning}", file=sys.stderr)
     nodes = inventory_nodes(inventory, catalog, label_keys)
     result = make_plan(nodes, plan_settings, args.perf_pods)
-    print(render(nodes, result, args.output))
+    gpu_caps = family_gpu_caps(inventory_views(inventory, catalog, label_keys), catalog)
+    print(render(nodes, result, args.output, gpu_caps))
     return 0
 
 

@@ -8,17 +8,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from joulie.api import keys
 from joulie.api.inventory import Inventory, NodeGroup
-from joulie.core.policies import Plan, PlanNode, family_split, plan
+from joulie.core.policies import ClassCaps, Plan, PlanNode, family_split, plan
 from joulie.hardware.catalog import Catalog
+from joulie.hardware.power_spec import optimal_gpu_cap_w
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.unknown_models import Kind, unknown_models, unknown_parts
 from joulie.manager.config import policy_inputs
 from joulie.manager.settings import ManagerSettings
+
+
+def inventory_views(
+    inventory: Inventory,
+    catalog: Catalog,
+    gpu_product_label_keys: Iterable[str] = keys.DEFAULT_GPU_PRODUCT_LABEL_KEYS,
+) -> list[HardwareView]:
+    """The hardware of each node group of the inventory, as the manager recognises it."""
+    return list(_group_views(inventory, catalog, gpu_product_label_keys).values())
 
 
 def inventory_nodes(
@@ -73,29 +84,46 @@ def _group_views(
     return views
 
 
+def family_gpu_caps(views: Iterable[HardwareView], catalog: Catalog) -> dict[str, float | None]:
+    """Each GPU family's energy-optimal board cap (what ``class_caps`` gives standard work and
+    idle boards); None for a GPU the catalog does not know, which keeps the node-level cap."""
+    return {v.family: optimal_gpu_cap_w(v, catalog) for v in views if v.gpu_count > 0}
+
+
 def make_plan(nodes: Sequence[PlanNode], settings: ManagerSettings, perf_pods: int) -> Plan:
     """The plan the controller manager would make with these settings, now."""
     return plan(nodes, policy_inputs(settings), perf_pods, time.time())
 
 
-def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
+def render(
+    nodes: Sequence[PlanNode],
+    result: Plan,
+    output: str,
+    gpu_caps: Mapping[str, float | None] | None = None,
+) -> str:
+    """The plan as a table or JSON; ``gpu_caps`` (:func:`family_gpu_caps`) are shown when the
+    policy caps each GPU by the class of its pod."""
     performance = frozenset(n for n, p in result.profiles.items() if p == "performance")
     split = family_split(nodes, performance)
+    caps = result.class_caps
     if output == "json":
-        return json.dumps(
-            {
-                "policy": result.policy_name,
-                "hpCount": result.hp_count,
-                "performanceCount": result.performance_count,
-                "nodeCount": len(nodes),
-                "families": {
-                    family: {"nodes": total, "performance": perf}
-                    for family, (total, perf) in sorted(split.items())
-                },
-                "nodes": dict(sorted(result.profiles.items())),
+        data: dict[str, Any] = {
+            "policy": result.policy_name,
+            "hpCount": result.hp_count,
+            "performanceCount": result.performance_count,
+            "nodeCount": len(nodes),
+            "families": {
+                family: {"nodes": total, "performance": perf}
+                for family, (total, perf) in sorted(split.items())
             },
-            indent=2,
-        )
+            "nodes": dict(sorted(result.profiles.items())),
+        }
+        if caps is not None:
+            data["classCaps"] = {
+                "performancePctOfMax": caps.performance_pct_of_max,
+                "standardAndIdleWattsPerGpu": dict(sorted((gpu_caps or {}).items())),
+            }
+        return json.dumps(data, indent=2)
     width = max([len("FAMILY"), *(len(f) for f in split)])
     lines = [
         f"policy {result.policy_name}: {result.performance_count} of {len(nodes)} nodes in "
@@ -105,7 +133,32 @@ def render(nodes: Sequence[PlanNode], result: Plan, output: str) -> str:
     ]
     for family, (total, perf) in sorted(split.items()):
         lines.append(f"{family:<{width}}  {total:>6}  {perf:>11}  {total - perf:>6}")
+    if caps is not None:
+        lines += ["", *_class_caps_lines(caps, gpu_caps or {})]
     return "\n".join(lines)
+
+
+def _class_caps_lines(caps: ClassCaps, gpu_caps: Mapping[str, float | None]) -> list[str]:
+    performance = (
+        "uncapped"
+        if caps.performance_pct_of_max >= 100
+        else f"{caps.performance_pct_of_max:g} % of max"
+    )
+    lines = [
+        f"GPUs capped by the class of the pod on each board: performance work {performance}; "
+        "standard work and idle boards at"
+    ]
+    if not gpu_caps:
+        return [*lines, "  no GPU nodes"]
+    width = max(len(f) for f in gpu_caps)
+    for family, watts in sorted(gpu_caps.items()):
+        shown = (
+            f"{watts:g} W (the board's energy-optimal cap)"
+            if watts is not None
+            else "the node-level cap (model not in the catalog)"
+        )
+        lines.append(f"  {family:<{width}}  {shown}")
+    return lines
 
 
 async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) -> str:
@@ -138,7 +191,8 @@ async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) ->
         for node in planned.plan_nodes
         if node.current_profile != planned.result.profiles[node.name]
     }
-    text = render(planned.plan_nodes, planned.result, output)
+    gpu_caps = family_gpu_caps(planned.views.values(), Catalog.load())
+    text = render(planned.plan_nodes, planned.result, output, gpu_caps)
     if output == "json":
         data = json.loads(text)
         data["performancePods"] = planned.perf_pods

@@ -55,6 +55,7 @@ again, so it has a single minimum, at or above the knee. Fitted to measured boar
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -669,6 +670,7 @@ def board_energy_per_work(spec: GpuPowerSpec, cap_w: float, util: float = 1.0) -
     return watts / speed if speed > 0.0 else math.inf
 
 
+@functools.lru_cache(maxsize=1024)
 def energy_optimal_cap_w(spec: GpuPowerSpec) -> float:
     """The cap at which a fully busy board does its work for the least energy: the minimum of
     :func:`board_energy_per_work` over the board's cap range, searched on a 1 W grid and at the

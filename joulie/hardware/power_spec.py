@@ -9,7 +9,13 @@ from __future__ import annotations
 import structlog
 
 from joulie.api.telemetry import HardwareSummary
-from joulie.core.power_model import CpuPowerSpec, GpuPowerSpec, NodePowerSpec, Throughput
+from joulie.core.power_model import (
+    CpuPowerSpec,
+    GpuPowerSpec,
+    NodePowerSpec,
+    Throughput,
+    energy_optimal_cap_w,
+)
 from joulie.hardware.catalog import Catalog, GpuSpec
 from joulie.hardware.recognition import HardwareView
 
@@ -24,6 +30,7 @@ __all__ = [
     "REFERENCE_GPU_TFLOPS",
     "cpu_part",
     "gpu_power_spec",
+    "optimal_gpu_cap_w",
     "power_spec",
 ]
 
@@ -155,3 +162,19 @@ def _unusable(model: str, exc: ValueError) -> None:
     if model not in _reported:
         _reported.add(model)
         log.warning("catalog entry unusable, simulating generic parts", model=model, error=str(exc))
+
+
+def optimal_gpu_cap_w(view: HardwareView, catalog: Catalog) -> float | None:
+    """The energy-optimal cap of the node's GPU boards (``core.power_model``), in whole watts;
+    None for a node without GPUs or with a GPU the catalog does not know (generic parts' watts
+    could be far off the real board's range: such a board is not capped by a guess)."""
+    model = view.gpu_model
+    if view.gpu_count <= 0 or model is None or model not in catalog.gpus:
+        return None
+    try:
+        board = gpu_power_spec(catalog.gpu(model), 1)
+    except ValueError:  # an entry the power model refuses (a hand-made catalog)
+        return None
+    # Whole watts: a board's limit is set in milliwatts, and a cap that moves by a fraction of a
+    # watt between releases of the catalog must not rewrite every NodeTwin.
+    return float(round(energy_optimal_cap_w(board)))

@@ -25,7 +25,7 @@ from joulie.core.policies import Plan, PlanNode, plan
 from joulie.core.power_model import Controls, NodePowerSpec
 from joulie.core.twin import TwinHardware
 from joulie.hardware.catalog import Catalog
-from joulie.hardware.power_spec import power_spec
+from joulie.hardware.power_spec import optimal_gpu_cap_w, power_spec
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.unknown_models import WARNED, Kind, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
@@ -201,6 +201,7 @@ class Planner:
             self.cache.active_performance_pods(node.name),
             multi_gpu,
             result.policy_name,
+            result.class_caps,
         )
         if memo.intent is not None and memo.intent_inputs == inputs:
             return memo.intent  # current() keeps it only while the node and hardware stay
@@ -215,6 +216,8 @@ class Planner:
             running_pod_max_gpus=multi_gpu,
             policy_name=result.policy_name,
             config=self.config,
+            class_caps=result.class_caps,
+            gpu_optimal_cap_w=optimal_gpu_cap_w(view, self.catalog) if result.class_caps else None,
         )
         memo.intent_inputs = inputs
         return memo.intent

@@ -41,6 +41,7 @@ from joulie.core.intents import (
     node_twin_spec,
     transition_event,
 )
+from joulie.core.policies import ClassCaps
 
 SPEC_DATA = Path(__file__).resolve().parent.parent / "data" / "spec"
 NODE = "kwok-gpu-nvidia-0"
@@ -792,3 +793,38 @@ def test_a_stale_condition_stays_the_same_while_the_agent_stays_away() -> None:
     later = agent_reporting(True, True, last, NOW + timedelta(hours=2))
     assert first == later
     assert "2025-06-01T11:40:00Z" in first.message
+
+
+# --- per-device caps by class (class_caps) ------------------------------------------------------
+
+
+def test_class_caps_give_standard_and_idle_boards_the_energy_optimal_cap() -> None:
+    result = intent(
+        planned_profile=Profile.PERFORMANCE,
+        class_caps=ClassCaps(performance_pct_of_max=100.0),
+        gpu_optimal_cap_w=247.0,
+    )
+    assert wire(result)["gpu"]["classCaps"] == {
+        "performance": {"scope": "perGpu", "capPctOfMax": 100.0},
+        "standard": {"scope": "perGpu", "capWattsPerGpu": 247.0},
+        "idle": {"scope": "perGpu", "capWattsPerGpu": 247.0},
+    }
+    # The node-level cap stays the performance one: no node is eco because of the policy.
+    assert wire(result)["profile"] == "performance"
+
+
+def test_class_caps_without_a_known_board_leave_standard_work_at_the_node_level_cap() -> None:
+    result = intent(
+        planned_profile=Profile.PERFORMANCE,
+        class_caps=ClassCaps(performance_pct_of_max=90.0),
+        gpu_optimal_cap_w=None,
+    )
+    assert wire(result)["gpu"]["classCaps"] == {
+        "performance": {"scope": "perGpu", "capPctOfMax": 90.0}
+    }
+
+
+def test_no_class_caps_on_a_cpu_node_or_under_another_policy() -> None:
+    rule = ClassCaps(performance_pct_of_max=100.0)
+    assert "gpu" not in wire(cpu_only(class_caps=rule, gpu_optimal_cap_w=None))
+    assert "classCaps" not in wire(intent())["gpu"]

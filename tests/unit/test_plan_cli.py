@@ -77,3 +77,32 @@ def test_table_output_and_errors(tmp_path: Path) -> None:
     assert broken.returncode == 2
     assert "group 0 (x)" in broken.stderr
     assert plan("--inventory", str(bad), "--hp-frac", "2").returncode == 2
+
+
+def test_class_caps_keeps_every_node_in_performance_and_shows_each_boards_cap() -> None:
+    result = plan(
+        "--inventory",
+        str(INVENTORIES / "02-cluster-nodes.yaml"),
+        "--policy",
+        "class_caps",
+        "--output",
+        "json",
+        CLASS_CAPS_PERFORMANCE_PCT="90",
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["policy"] == "class-caps-v1"
+    assert out["performanceCount"] == out["nodeCount"]
+    caps = out["classCaps"]
+    assert caps["performancePctOfMax"] == 90.0
+    watts = caps["standardAndIdleWattsPerGpu"]
+    # Every GPU family, each at its board's energy-optimal cap, within the board's range: an
+    # H100 SXM (200-700 W) well above an L40S (100-350 W).
+    assert set(watts) == {f for f in out["families"] if f.startswith("gpu:")}
+    assert 200 <= watts["gpu:NVIDIA_L40S"] <= 350
+    assert watts["gpu:NVIDIA_H100_SXM"] > watts["gpu:NVIDIA_L40S"]
+    table = plan(
+        "--inventory", str(INVENTORIES / "02-cluster-nodes.yaml"), "--policy", "class_caps"
+    )
+    assert "gpu:NVIDIA_L40S" in table.stdout
+    assert "energy-optimal cap" in table.stdout

@@ -6,11 +6,14 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from joulie.api.enums import (
+    GpuCapScope,
     Profile,
     SchedulableClass,
 )
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import (
+    GpuClassCaps,
+    GpuPowerCap,
     GpuSpec,
     NodeTwinSpec,
     PolicySpec,
@@ -22,6 +25,7 @@ from joulie.core.intents.config import (
 )
 from joulie.core.intents.governors import cpu_governor, gpu_governor
 from joulie.core.intents.guard import downgrade_guard
+from joulie.core.policies.base import ClassCaps
 
 
 class NodeIntent(NamedTuple):
@@ -48,6 +52,8 @@ def node_twin_spec(
     running_pod_max_gpus: int,
     policy_name: str | None,
     config: IntentConfig,
+    class_caps: ClassCaps | None = None,
+    gpu_optimal_cap_w: float | None = None,
 ) -> NodeIntent:
     """NodeTwin.spec and the schedulable class of one node, after the downgrade guard.
 
@@ -55,7 +61,10 @@ def node_twin_spec(
     labels or allocatable GPUs); a node with GPUs gets the GPU rules. ``hardware`` is the node's
     NodeHardware status (None without one), ``labels`` its labels, ``catalog_gpu_range`` the
     ``(min_w, max_w)`` of its recognised GPU model in the catalog, ``running_pod_max_gpus`` the
-    value of :func:`max_running_pod_gpus` over its pods.
+    value of :func:`max_running_pod_gpus` over its pods. ``class_caps`` is the policy's rule for
+    per-device caps by class, ``gpu_optimal_cap_w`` the energy-optimal cap of the node's boards
+    (None where the node's GPU has no model): a standard board and an idle one take it, and
+    without it they follow the node-level cap.
     """
     guard = downgrade_guard(planned_profile, active_perf_pods)
     profile = guard.control_profile
@@ -72,6 +81,7 @@ def node_twin_spec(
         gpu = GpuSpec(
             power_cap=gpu_power_cap(profile, hardware, product_label, catalog_gpu_range, config),
             governor=gpu_governor(profile, hardware, product_label, running_pod_max_gpus, config),
+            class_caps=_class_caps(class_caps, gpu_optimal_cap_w),
         )
 
     spec = NodeTwinSpec(
@@ -82,3 +92,18 @@ def node_twin_spec(
         policy=PolicySpec(name=policy_name) if policy_name else None,
     )
     return NodeIntent(spec, guard.schedulable_class)
+
+
+def _class_caps(rule: ClassCaps | None, optimal_w: float | None) -> GpuClassCaps | None:
+    if rule is None:
+        return None
+    at_optimum = None
+    if rule.standard_at_energy_optimum and optimal_w is not None:
+        at_optimum = GpuPowerCap(scope=GpuCapScope.PER_GPU, cap_watts_per_gpu=optimal_w)
+    return GpuClassCaps(
+        performance=GpuPowerCap(
+            scope=GpuCapScope.PER_GPU, cap_pct_of_max=rule.performance_pct_of_max
+        ),
+        standard=at_optimum,
+        idle=at_optimum,
+    )

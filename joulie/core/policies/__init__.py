@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 
-from joulie.core.policies import queue_aware, rule_swap, static_partition
+from joulie.core.policies import class_caps, queue_aware, rule_swap, static_partition
 from joulie.core.policies.base import (
+    ClassCaps,
     Number,
     Parameter,
     ParameterProblem,
@@ -34,6 +35,7 @@ __all__ = [
     "PARAMETERS",
     "POLICIES",
     "POLICY_NAMES",
+    "ClassCaps",
     "Parameter",
     "ParameterProblem",
     "Plan",
@@ -61,6 +63,7 @@ class PolicyType(StrEnum):
     STATIC_PARTITION = "static_partition"
     QUEUE_AWARE_V1 = "queue_aware_v1"
     RULE_SWAP_V1 = "rule_swap_v1"
+    CLASS_CAPS = "class_caps"
 
 
 POLICIES: Mapping[PolicyType, Policy] = MappingProxyType(
@@ -68,6 +71,7 @@ POLICIES: Mapping[PolicyType, Policy] = MappingProxyType(
         PolicyType.STATIC_PARTITION: static_partition.POLICY,
         PolicyType.QUEUE_AWARE_V1: queue_aware.POLICY,
         PolicyType.RULE_SWAP_V1: rule_swap.POLICY,
+        PolicyType.CLASS_CAPS: class_caps.POLICY,
     }
 )
 

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from joulie.api.enums import Profile
 
 __all__ = [
+    "ClassCaps",
     "Parameter",
     "ParameterProblem",
     "Plan",
@@ -94,6 +95,17 @@ class PolicyInputs:
 
 
 @dataclass(frozen=True)
+class ClassCaps:
+    """Per-device caps by the workload class of each board's pod (``class_caps``): what the
+    policy asks of every GPU node, which each node's intent turns into watts for its boards."""
+
+    performance_pct_of_max: float
+    """A board running performance work, as a percentage of its maximum (100: uncapped)."""
+    standard_at_energy_optimum: bool = True
+    """A board running standard work, or none, at its energy-optimal cap (the catalog's law)."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The desired profile of every eligible node, before the downgrade guard."""
 
@@ -106,6 +118,8 @@ class Plan:
     """Nodes planned in performance."""
     policy_name: str
     """Provenance for ``NodeTwin.spec.policy.name``."""
+    class_caps: ClassCaps | None = None
+    """Per-device caps by class, for a policy that sets them (None: node-level caps only)."""
 
 
 Values = Mapping[str, Number]
