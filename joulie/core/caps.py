@@ -23,11 +23,13 @@ is ignored).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from joulie.api.nodetwin import NodeTwinSpec
+from joulie.api.enums import WorkloadClass
+from joulie.api.nodetwin import GpuPowerCap, NodeTwinSpec
 
-__all__ = ["EffectiveCap", "NodeCaps", "effective_cap", "spec_caps"]
+__all__ = ["EffectiveCap", "NodeCaps", "board_caps", "effective_cap", "spec_caps"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +116,47 @@ def spec_caps(
             gpu_min_watts_per_gpu,
         ),
     )
+
+
+def board_caps(
+    spec: NodeTwinSpec,
+    board_classes: Sequence[str | None],
+    *,
+    gpu_max_watts_per_gpu: float | None,
+    gpu_min_watts_per_gpu: float | None = None,
+) -> list[EffectiveCap | None]:
+    """The cap in force on each GPU board of a node, in board order, given the workload class of
+    the pod running on each (None: no pod runs on it).
+
+    With ``spec.gpu.classCaps`` a board takes its pod's class cap (``performance``; any other
+    class value counts as ``standard``, as everywhere in Joulie) and an idle board the ``idle``
+    one; a class the spec leaves out, and every board of a spec without classCaps, takes the
+    node-level ``powerCap``. Each is resolved and clamped as :func:`effective_cap` does. The
+    node agent and the simulator both decide a board's cap here.
+    """
+    gpu = spec.gpu
+    node_cap = gpu.power_cap if gpu is not None else None
+    by_class = gpu.class_caps if gpu is not None else None
+
+    def resolve(cap: GpuPowerCap | None) -> EffectiveCap | None:
+        return effective_cap(
+            cap.cap_watts_per_gpu if cap is not None else None,
+            cap.cap_pct_of_max if cap is not None else None,
+            gpu_max_watts_per_gpu,
+            gpu_min_watts_per_gpu,
+        )
+
+    if by_class is None:
+        return [resolve(node_cap)] * len(board_classes)
+    chosen = {
+        None: by_class.idle,
+        WorkloadClass.PERFORMANCE.value: by_class.performance,
+        WorkloadClass.STANDARD.value: by_class.standard,
+    }
+    resolved = {key: resolve(cap if cap is not None else node_cap) for key, cap in chosen.items()}
+    out = []
+    for workload_class in board_classes:
+        if workload_class is not None and workload_class != WorkloadClass.PERFORMANCE.value:
+            workload_class = WorkloadClass.STANDARD.value
+        out.append(resolved[workload_class])
+    return out

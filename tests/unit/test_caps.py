@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from joulie.api.enums import Profile
 from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
-from joulie.core.caps import EffectiveCap, effective_cap, spec_caps
+from joulie.core.caps import EffectiveCap, board_caps, effective_cap, spec_caps
 from joulie.core.intents import IntentConfig, gpu_cap_watts, node_twin_spec
 
 # AMD Radeon PRO W7900 power-limit range, from the hardware catalog (min 200 W, max 295 W).
@@ -143,3 +143,78 @@ def test_cap_invariants(
 )
 def test_watts_win_whatever_the_percentage(w: float, pct: float, high: float) -> None:
     assert effective_cap(w, pct, max_watts=high) == effective_cap(w, None, max_watts=high)
+
+
+# --- per board, by the class of the pod on it (class_caps) --------------------------------------
+
+H100_SXM = (200.0, 700.0)
+
+
+def class_spec(performance_pct: float = 100.0, standard_w: float | None = 430.0) -> NodeTwinSpec:
+    standard = GpuPowerCap(cap_watts_per_gpu=standard_w) if standard_w is not None else None
+    return NodeTwinSpec.model_validate(
+        {
+            "nodeName": "n",
+            "profile": "performance",
+            "gpu": {
+                "powerCap": {"capPctOfMax": 100},
+                "classCaps": {
+                    "performance": {"capPctOfMax": performance_pct},
+                    **(
+                        {"standard": standard.to_wire(), "idle": standard.to_wire()}
+                        if standard
+                        else {}
+                    ),
+                },
+            },
+        }
+    )
+
+
+def watts_of(caps: list[EffectiveCap | None]) -> list[float | None]:
+    return [c.watts if c is not None else None for c in caps]
+
+
+def test_each_board_follows_the_class_of_its_pod_and_an_idle_board_the_idle_intent() -> None:
+    spec = class_spec()
+    boards = ["performance", "standard", None, "batch-ish", None, None, None, "performance"]
+    caps = board_caps(spec, boards, gpu_max_watts_per_gpu=H100_SXM[1], gpu_min_watts_per_gpu=200)
+    # Performance boards uncapped (100 % of 700 W); standard boards (and a class Joulie does not
+    # know, which counts as standard) and idle ones at 430 W.
+    assert watts_of(caps) == [700.0, 430.0, 430.0, 430.0, 430.0, 430.0, 430.0, 700.0]
+    # The performance pod leaves its first board: that board is idle now, at the idle intent.
+    after = board_caps(
+        spec, [None, *boards[1:]], gpu_max_watts_per_gpu=H100_SXM[1], gpu_min_watts_per_gpu=200
+    )
+    assert watts_of(after)[0] == 430.0
+
+
+def test_a_class_the_spec_leaves_out_and_a_spec_without_class_caps_take_the_node_cap() -> None:
+    no_standard = class_spec(standard_w=None)
+    caps = board_caps(no_standard, ["standard", None], gpu_max_watts_per_gpu=700.0)
+    assert watts_of(caps) == [700.0, 700.0]
+    plain = NodeTwinSpec.model_validate(
+        {"nodeName": "n", "profile": "eco", "gpu": {"powerCap": {"capWattsPerGpu": 350}}}
+    )
+    assert watts_of(board_caps(plain, ["performance", None], gpu_max_watts_per_gpu=700.0)) == [
+        350.0,
+        350.0,
+    ]
+
+
+@given(
+    performance_pct=st.floats(1.0, 100.0),
+    standard_w=st.floats(1.0, 2_000.0),
+    boards=st.lists(st.sampled_from(["performance", "standard", None]), max_size=16),
+)
+def test_a_performance_board_is_never_capped_below_the_performance_intent(
+    performance_pct: float, standard_w: float, boards: list[str | None]
+) -> None:
+    spec = class_spec(performance_pct, standard_w)
+    caps = board_caps(spec, boards, gpu_max_watts_per_gpu=H100_SXM[1], gpu_min_watts_per_gpu=200)
+    floor = max(H100_SXM[0], performance_pct / 100 * H100_SXM[1])
+    for workload_class, cap in zip(boards, caps, strict=True):
+        if workload_class == "performance":
+            assert cap is not None
+            assert cap.watts is not None
+            assert cap.watts >= floor - 1e-9
