@@ -59,7 +59,7 @@ import functools
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from joulie.api.enums import CpuGovernorPreset, GpuGovernorPreset
 
@@ -465,10 +465,15 @@ class Controls:
     gpu_cap_w: float | None = None
     gpu_preset: str | None = None
     gpu_clock_ceiling_pct: float | None = None
+    gpu_board_caps_w: tuple[float | None, ...] = ()
+    """Per-board caps in board order (a cap by the class of each board's pod), each in place of
+    ``gpu_cap_w`` for its board (None: uncapped); boards past its end take ``gpu_cap_w``."""
 
     def __post_init__(self) -> None:
         _optional_watts("Controls", "cpu_cap_w", self.cpu_cap_w)
         _optional_watts("Controls", "gpu_cap_w", self.gpu_cap_w)
+        for cap in self.gpu_board_caps_w:
+            _optional_watts("Controls", "gpu_board_caps_w", cap)
         if self.cpu_preset is not None:
             try:
                 CpuGovernorPreset(self.cpu_preset)
@@ -698,11 +703,26 @@ def _gpu_steady(
         boards = (*boards, *(0.0,) * (spec.count - len(boards)))
     else:
         boards = (load.gpu_util,) * spec.count
-    solved: dict[float, tuple[float, float, bool]] = {}
-    for u in boards:
-        if u not in solved:
-            solved[u] = board_steady(spec, u, controls)
-    per_board = [solved[u] for u in boards]
+    per_board: list[tuple[float, float, bool]]
+    caps = controls.gpu_board_caps_w
+    if not caps:
+        solved: dict[float, tuple[float, float, bool]] = {}
+        for u in boards:
+            if u not in solved:
+                solved[u] = board_steady(spec, u, controls)
+        per_board = [solved[u] for u in boards]
+    else:
+        # Each board under its own cap (a board past the list keeps the node's).
+        by_cap: dict[tuple[float, float | None, bool], tuple[float, float, bool]] = {}
+        per_board = []
+        for i, u in enumerate(boards):
+            own = i < len(caps)
+            cap = caps[i] if own else controls.gpu_cap_w
+            key = (u, cap, own)
+            if key not in by_cap:
+                board = replace(controls, gpu_cap_w=cap, gpu_board_caps_w=())
+                by_cap[key] = board_steady(spec, u, board)
+            per_board.append(by_cap[key])
     return (
         tuple(w for w, _, _ in per_board),
         tuple(s for _, s, _ in per_board),

@@ -591,3 +591,29 @@ def test_the_a40s_energy_optimal_cap_is_where_zeus_measured_its_minimum() -> Non
         cap_exponent=0.27,
     )
     assert 175.0 <= energy_optimal_cap_w(a40) <= 200.0
+
+
+def test_each_board_runs_under_its_own_cap_when_the_caps_are_per_board() -> None:
+    spec = NodePowerSpec(
+        cpu=CpuPowerSpec(sockets=2, idle_w=100.0, max_w=300.0, min_cap_w=150.0),
+        gpu=GpuPowerSpec(count=4, idle_w=70.0, max_w=700.0, min_cap_w=200.0),
+    )
+    busy = Load(gpu_boards=(1.0, 1.0, 1.0))
+    # A standard pod's board at 430 W, a performance pod's uncapped, a third board past the
+    # list at the node's 300 W, the fourth idle.
+    steady = steady_state(spec, busy, Controls(gpu_cap_w=300.0, gpu_board_caps_w=(430.0, None)))
+    assert steady.gpu_board_w[:3] == pytest.approx((430.0, 700.0, 300.0))
+    assert steady.gpu_board_speed[1] == pytest.approx(1.0)
+    assert steady.gpu_board_speed[0] < 1.0
+    assert steady.gpu_board_w[3] == pytest.approx(70.0)
+
+
+@given(gpu_node_specs, loads, st.floats(1.0, 2_000.0))
+def test_the_same_cap_on_every_board_is_the_node_cap(
+    spec: NodePowerSpec, load: Load, cap: float
+) -> None:
+    count = spec.gpu_count
+    node = steady_state(spec, load, Controls(gpu_cap_w=cap))
+    boards = steady_state(spec, load, Controls(gpu_board_caps_w=(cap,) * count))
+    assert boards.gpu_board_w == pytest.approx(node.gpu_board_w)
+    assert boards.gpu_board_speed == pytest.approx(node.gpu_board_speed)
