@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from joulie.api import keys
+from joulie.api.enums import WorkloadClass
 from joulie.manager.settings import ManagerSettings
 from joulie.process.roles import load_settings, parse_roles
 
@@ -55,6 +57,9 @@ def test_every_object_is_identified_and_namespaced_where_needed() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "PriorityClass",
     }
     # The kubelets' heartbeats live in kube-node-lease: the manager's node lifecycle reads them
     # there, through a Role and RoleBinding of that namespace. Events about Nodes are filed in
@@ -181,3 +186,22 @@ def test_kwok_overlay_points_the_manager_at_the_simulator() -> None:
     service = next(o for o in by_kind("Service") if o["metadata"]["name"] == "joulie-simulator")
     port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http-sim")
     assert f"joulie-simulator.joulie-system.svc:{port}/" in env["NODE_POWER_HTTP_ENDPOINT"]
+
+
+def test_performance_priority_policy_gives_the_shipped_class_to_performance_pods() -> None:
+    (priority_class,) = by_kind("PriorityClass")
+    assert priority_class["preemptionPolicy"] == "Never"
+    assert priority_class["globalDefault"] is False
+    (policy,) = by_kind("MutatingAdmissionPolicy")
+    (binding,) = by_kind("MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    # The class is the policy's parameter: name, value and preemption policy come from it.
+    assert binding["spec"]["paramRef"]["name"] == priority_class["metadata"]["name"]
+    assert policy["spec"]["paramKind"] == {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+    }
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
+    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    assert policy["spec"]["failurePolicy"] == "Ignore"
