@@ -69,14 +69,19 @@ def _joules(value: Any, what: str) -> float:
     return joules
 
 
-def _accounts(data: Mapping[str, Any], name: str) -> dict[str, float]:
-    raw = data.get(name, "{}")
+def _json(data: Mapping[str, Any], name: str, empty: str) -> Any:
+    """The field ``name`` decoded, bounded in size; ``empty`` when absent."""
+    raw = data.get(name, empty)
     if not isinstance(raw, str) or len(raw) > MAX_STORED_BYTES:
         raise UnusableStore(f"{name} is not a JSON text of at most {MAX_STORED_BYTES} bytes")
     try:
-        decoded = json.loads(raw)
+        return json.loads(raw)
     except ValueError as exc:
         raise UnusableStore(f"{name} is not JSON: {exc}") from None
+
+
+def _accounts(data: Mapping[str, Any], name: str) -> dict[str, float]:
+    decoded = _json(data, name, "{}")
     if not isinstance(decoded, dict):
         raise UnusableStore(f"{name} is not a JSON object {{account: joules}}")
     accounts = {}
@@ -102,13 +107,7 @@ def parse(data: Mapping[str, Any]) -> StoredTotals:
 
 
 def _groups(data: Mapping[str, Any]) -> list[tuple[str, tuple[float, float, float]]]:
-    raw = data.get("podgroups", "[]")
-    if not isinstance(raw, str) or len(raw) > MAX_STORED_BYTES:
-        raise UnusableStore(f"podgroups is not a JSON text of at most {MAX_STORED_BYTES} bytes")
-    try:
-        decoded = json.loads(raw)
-    except ValueError as exc:
-        raise UnusableStore(f"podgroups is not JSON: {exc}") from None
+    decoded = _json(data, "podgroups", "[]")
     if not isinstance(decoded, list):
         raise UnusableStore("podgroups is not a JSON list of [group, used, saved, lost]")
     groups = []
