@@ -2,7 +2,7 @@
 100,000 pods in the informer caches.
 
     python -m bench.manager [--reconciles 20] [--gc MODE] [--json FILE] [--profile N]
-        [--tracemalloc N]
+        [--tracemalloc N] [--energy]
 
 Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first to
 create its objects). The manager role runs in this process (static_partition, 20 % performance,
@@ -10,6 +10,12 @@ RECONCILE_INTERVAL=1h so that only the timed calls below reconcile at steady sta
 pass writes every node's NodeTwin, profile label and twin status; the passes after it, at
 constant demand, should write nothing. ``--profile N`` prints the top N cProfile entries of the
 steady-state passes.
+
+``--energy`` measures what energy accounting adds (issue #29; :mod:`bench.energy_accounts`): the
+controller reads a plausible power per node, a new reading each pass, and the steady passes are
+pairs without and with the accountant (the "steady" figures are those without); the node
+lifecycle is off. ``--profile`` then profiles the accounted passes only; the peak RSS at the end
+includes the accountant's traced passes (tracemalloc's own memory).
 
 ``--gc policy`` (the default) installs the runtime's garbage-collector policy, as the process
 would (``joulie.process.gc_policy``); ``--gc freeze`` only its freeze after large lists,
@@ -37,11 +43,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench import energy_accounts
 from bench.informer import bench_cluster, ensure_objects, peak_rss_mib
 from joulie.kube import metrics
+from joulie.kube.writes import NotPermitted
 
 READY_TIMEOUT = 900.0
 FIRST_PASS_TIMEOUT = 3600.0
+PROFILED = frozenset({"bench", "accounting"})
+"""The passes ``--profile`` covers (with ``--energy``, the accounted ones)."""
 
 
 def writes_excluding_leases() -> float:
@@ -116,14 +126,21 @@ class Timed:
             writes0 = writes_excluding_leases()
             cpu0 = time.process_time()
             wall0 = time.perf_counter()
-            if self.profiler is not None and source == "bench":
+            if self.profiler is not None and source in PROFILED:
                 self.profiler.enable()
+            refused = False
             try:
                 await self._reconcile()
+            except NotPermitted:
+                # Leadership lost mid-pass: a pass that blocks the event loop for seconds (the
+                # accounting's, under the profiler) starves the Lease's renewal. What ran before
+                # the refused write is measured; the figures say how many passes it hit.
+                refused = True
             finally:
                 if self.profiler is not None:
                     self.profiler.disable()
             record = {
+                "refused": refused,
                 "source": source,
                 "wall_seconds": time.perf_counter() - wall0,
                 "cpu_seconds": time.process_time() - cpu0,
@@ -134,7 +151,12 @@ class Timed:
 
 
 async def measure(
-    kubeconfig: str, reconciles: int, profile_top: int, gc_mode: str, trace_top: int
+    kubeconfig: str,
+    reconciles: int,
+    profile_top: int,
+    gc_mode: str,
+    trace_top: int,
+    with_energy: bool = False,
 ) -> dict[str, Any]:
     from joulie.kube.client import KubeClient
     from joulie.manager.role import ManagerRole
@@ -148,6 +170,7 @@ async def measure(
             "POLICY_TYPE": "static_partition",
             "STATIC_HP_FRAC": "0.2",
         }
+        | (energy_accounts.SETTINGS if with_energy else {})
     )
     if loaded.problems:
         raise SystemExit(f"settings: {loaded.problems}")
@@ -175,6 +198,10 @@ async def measure(
         timed = Timed(role.controller.reconcile)
         # The worker calls self.reconcile: the instance attribute routes it through the timer.
         role.controller.reconcile = timed  # type: ignore[method-assign,assignment]
+        if with_energy:
+            power, accountant = energy_accounts.install(
+                role.controller, settings.reconcile_interval
+            )
         try:
             deadline = time.monotonic() + READY_TIMEOUT
             while not (role.is_ready() and role.is_leader):
@@ -218,9 +245,21 @@ async def measure(
                 timed.profiler = cProfile.Profile()
             steady: list[dict[str, Any]] = []
             pauses_before = len(pauses.pauses)
-            for _ in range(reconciles):
-                steady.append(await timed("bench"))
+            if with_energy:
+                profiles = role.planned().result.profiles
+                names = list(profiles)
+                figures["energy"] = await energy_accounts.measure(
+                    role.controller, power, accountant, timed, profiles, reconciles
+                )
+                steady = [r for r in timed.records if r["source"] == "plain"]
+            else:
+                for _ in range(reconciles):
+                    steady.append(await timed("bench"))
             figures["steady_gc"] = pauses.summary(pauses_before)
+            if with_energy:
+                figures["energy"]["memory"] = await energy_accounts.traced_memory(
+                    accountant, power, names
+                )
             walls = [r["wall_seconds"] for r in steady]
             cpus = [r["cpu_seconds"] for r in steady]
             writes = [r["writes"] for r in steady]
@@ -235,6 +274,7 @@ async def measure(
             }
             figures["reconciles_total"] = len(timed.records)
             figures["worker_reconciles"] = sum(r["source"] == "worker" for r in timed.records)
+            figures["refused_passes"] = sum(r["refused"] for r in timed.records)
             if timed.profiler is not None:
                 out = io.StringIO()
                 stats = pstats.Stats(timed.profiler, stream=out)
@@ -262,6 +302,11 @@ def main() -> None:
         "--gc", choices=("policy", "freeze", "threshold", "default"), default="policy"
     )
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--energy",
+        action="store_true",
+        help="steady passes without and with energy accounting (bench.energy_accounts)",
+    )
     args = parser.parse_args()
 
     import logging
@@ -284,6 +329,7 @@ def main() -> None:
                     args.profile,
                     args.gc,
                     args.tracemalloc,
+                    args.energy,
                 )
             )
         )
@@ -326,6 +372,12 @@ def main() -> None:
             f"{g['collections']} / {g['total_ms']} / {g['max_ms']} ms"
         )
     print(f"{'GC mode / objects frozen':52} {figures['gc']} / {figures['frozen_objects']}")
+    if figures["refused_passes"]:
+        print(
+            f"{'passes whose writes were refused (leadership lost)':52} {figures['refused_passes']}"
+        )
+    if "energy" in figures:
+        energy_accounts.print_figures(figures["energy"])
     for title, text in zip(("after sync", "after the first pass"), memory, strict=True):
         if text:
             print(f"traced memory by file, {title}:\n{text}")
