@@ -100,8 +100,8 @@ def nodes(cluster: LocalCluster) -> Iterator[tuple[str, list[str]]]:
     for node in made:
         node["spec"]["taints"] = [{"key": E2E_LABEL, "value": case, "effect": "NoSchedule"}]
     names = [n["metadata"]["name"] for n in made]
-    cluster.create_ready_nodes(made)
     try:
+        cluster.create_ready_nodes(made)
         yield case, names
     finally:
         with cluster.api() as api:
