@@ -42,10 +42,12 @@ __all__ = [
     "Attribution",
     "NodeInterval",
     "PodUse",
+    "SplitPlan",
     "account_key",
     "attribute",
     "pod_use",
     "resource_share",
+    "split_plan",
 ]
 
 _CLASSES = frozenset(c.value for c in WorkloadClass)
@@ -137,26 +139,56 @@ def _unit(value: float) -> float:
     return min(max(value, 0.0), 1.0)
 
 
-def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
-    """The node's energy over the interval, split between ``pods`` and overhead."""
-    energy = max(0.0, node.energy_j)
-    seconds = max(0.0, node.seconds)
-    idle = min(energy, max(0.0, node.idle_w) * seconds)
-    dynamic = energy - idle
-    shares = [resource_share(p, node.has_gpus) for p in pods]
+@dataclass(frozen=True)
+class SplitPlan:
+    """How one node's energy is split between its pods, whatever the interval: the split is
+    linear in the interval's idle and dynamic energy, so a node whose pods, requests and
+    controls stay the same keeps its plan and each interval costs one pass over its accounts
+    (the manager reuses a plan across reconciles; :func:`attribute` is one plan applied once).
+
+    Per account: its share of the idle energy, of the dynamic energy, and the saving per joule
+    of each (sum over its pods of share x (factor - 1))."""
+
+    accounts: tuple[tuple[str, float, float, float, float], ...]
+    """(account, idle share, dynamic share, saved per idle joule, saved per dynamic joule)."""
+
+    def apply(self, node: NodeInterval) -> Attribution:
+        energy = max(0.0, node.energy_j)
+        idle = min(energy, max(0.0, node.idle_w) * max(0.0, node.seconds))
+        dynamic = energy - idle
+        used: dict[str, float] = {}
+        saved: dict[str, float] = {}
+        booked = 0.0
+        for account, idle_share, dynamic_share, idle_saved, dynamic_saved in self.accounts:
+            part = idle * idle_share + dynamic * dynamic_share
+            used[account] = part
+            saved[account] = idle * idle_saved + dynamic * dynamic_saved
+            booked += part
+        return Attribution(used, saved, energy - booked)
+
+
+def split_plan(pods: Sequence[PodUse], has_gpus: bool) -> SplitPlan:
+    """The split of a node's energy between ``pods`` (see the module docstring)."""
+    shares = [resource_share(p, has_gpus) for p in pods]
     total_share = sum(shares)
     if total_share > 1.0:
         # Requests cannot exceed allocatable; a node over-committed by hand still conserves.
         shares = [s / total_share for s in shares]
     weights = [_watts(p.marginal_w) for p in pods]
     explained = math.fsum(weights)
-    used: dict[str, float] = {}
-    saved: dict[str, float] = {}
-    booked = 0.0
+    per_account: dict[str, list[float]] = {}
     for pod, share, weight in zip(pods, shares, weights, strict=True):
-        part = idle * share + (dynamic * (weight / explained) if explained > 0.0 else 0.0)
-        used[pod.account] = used.get(pod.account, 0.0) + part
-        booked += part
+        dynamic_share = weight / explained if explained > 0.0 else 0.0
         factor = pod.counterfactual if math.isfinite(pod.counterfactual) else 1.0
-        saved[pod.account] = saved.get(pod.account, 0.0) + part * (max(0.0, factor) - 1.0)
-    return Attribution(used, saved, energy - booked)
+        gain = max(0.0, factor) - 1.0
+        sums = per_account.setdefault(pod.account, [0.0, 0.0, 0.0, 0.0])
+        sums[0] += share
+        sums[1] += dynamic_share
+        sums[2] += share * gain
+        sums[3] += dynamic_share * gain
+    return SplitPlan(tuple((account, s[0], s[1], s[2], s[3]) for account, s in per_account.items()))
+
+
+def attribute(node: NodeInterval, pods: Sequence[PodUse]) -> Attribution:
+    """The node's energy over the interval, split between ``pods`` and overhead."""
+    return split_plan(pods, node.has_gpus).apply(node)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import operator
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -58,10 +59,11 @@ from joulie.core.energy_accounting import (
     Attribution,
     NodeInterval,
     PodUse,
+    SplitPlan,
     account_key,
-    attribute,
     pod_use,
     resource_share,
+    split_plan,
 )
 from joulie.core.energy_counterfactual import PodWork, counterfactuals, idle_power
 from joulie.core.pod_power import (
@@ -99,8 +101,11 @@ GROUP_SEPARATOR: Final = "\t"
 no Kubernetes name)."""
 DEFAULT_GROUPS: Final = 200
 """PodGroups kept when the caller does not say (ENERGY_PODGROUPS_MAX's default)."""
-FACTORS_CACHED: Final = 16_384
-"""Nodes' (hardware, controls, pods) whose saving factors are kept (a bounded cache)."""
+FACTORS_CACHED: Final = 4_096
+"""Distinct (hardware, controls) whose modelled idle draw is kept (a bounded cache)."""
+FACTORS_SHARED: Final = 1_024
+"""Distinct (hardware, controls, pods' work) whose saving factors are kept (a bounded cache;
+each node keeps its own split plan anyway)."""
 _GIB: Final = float(2**30)
 
 NodeModel = tuple[NodePowerSpec, Controls]
@@ -159,12 +164,12 @@ def _modelled_idle_w(spec: NodePowerSpec, controls: Controls) -> float:
     return idle_power(spec, controls)
 
 
-@functools.lru_cache(maxsize=FACTORS_CACHED)
+@functools.lru_cache(maxsize=FACTORS_SHARED)
 def _factors(
     spec: NodePowerSpec, controls: Controls, works: tuple[PodWork, ...], cores: float
 ) -> tuple[float, ...]:
-    # A node's pods and controls change far less often than it is read: four steady states per
-    # controlled node per reconcile would be most of the accounting's cost.
+    # Nodes of one hardware group running the same kind of work share their factors: the first
+    # pass over a large cluster computes each configuration once.
     return tuple(counterfactuals(spec, controls, works, cores))
 
 
@@ -216,9 +221,60 @@ def pod_uses(
 
 
 @dataclass(frozen=True, slots=True)
+class _NodePlan:
+    """A node's split plan and what it was made from (the node, its NodeHardware, its model,
+    its pods), compared by identity: the informers replace an object whenever it changes."""
+
+    node: SlimNode | None
+    facts: object
+    spec: NodePowerSpec | None
+    controls: Controls | None
+    pods: tuple[SlimPod, ...]
+    plan: SplitPlan
+    has_gpus: bool
+
+    def made_from(
+        self,
+        node: SlimNode | None,
+        facts: object,
+        model: NodeModel | None,
+        pods: list[SlimPod],
+    ) -> bool:
+        spec, controls = model if model is not None else (None, None)
+        return (
+            self.node is node
+            and self.facts is facts
+            and self.spec is spec
+            and self.controls is controls
+            and len(self.pods) == len(pods)
+            and all(map(operator.is_, self.pods, pods))
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Sample:
     at: float
     watts: float
+
+
+@dataclass
+class _Booked:
+    """One reading's splits, summed per account (saved and lost kept apart per node)."""
+
+    used: dict[str, float] = field(default_factory=dict)
+    saved: dict[str, float] = field(default_factory=dict)
+    lost: dict[str, float] = field(default_factory=dict)
+    overhead: float = 0.0
+
+    def add(self, split: Attribution) -> None:
+        for key, joules in split.used_j.items():
+            self.used[key] = self.used.get(key, 0.0) + joules
+        for key, joules in split.saved_j.items():
+            if joules > 0:
+                self.saved[key] = self.saved.get(key, 0.0) + joules
+            elif joules < 0:
+                self.lost[key] = self.lost.get(key, 0.0) - joules
+        self.overhead += split.overhead_j
 
 
 @dataclass
@@ -263,6 +319,9 @@ class EnergyAccountant:
         (kept across terms, a measurement)."""
         self._lowest: dict[str, float] = {}
         """Per node, the lowest reading seen (the idle draw of last resort)."""
+        self._plans: dict[str, _NodePlan] = {}
+        """Per node, its split plan while its pods, hardware and controls stay the same: a
+        steady reconcile at 5,000 nodes then costs one pass over each node's accounts."""
         self._last: dict[str, _Sample] = {}
         self._restored = False
         self._not_before = 0.0
@@ -318,11 +377,10 @@ class EnergyAccountant:
         at = reading.at
         if at <= self._not_before:
             return  # counted by the leader that wrote the stored totals
-        for name in [n for n in self._last if n not in reading.nodes]:
-            del self._last[name]
-        for table in (self._idle, self._lowest):
+        for table in (self._last, self._idle, self._lowest, self._plans):
             for name in [n for n in table if n not in reading.nodes]:
                 del table[name]
+        booked = _Booked()
         for name, power in reading.nodes.items():
             watts = power.watts
             if watts is None or not math.isfinite(watts) or watts < 0:
@@ -331,7 +389,7 @@ class EnergyAccountant:
             if previous is not None and previous.at == at:
                 continue  # the reader's cached reading, already counted
             self._last[name] = _Sample(at, watts)
-            pods = [p for p in self._cache.workload_pods(name) if p.node_name == name]
+            pods = self._cache.workload_pods(name)
             self._lowest[name] = min(self._lowest.get(name, watts), watts)
             if not pods:
                 self._idle[name] = min(self._idle.get(name, watts), watts)
@@ -341,9 +399,10 @@ class EnergyAccountant:
             if not 0 < seconds <= self._max_gap:
                 continue  # a gap is lost, not guessed; this reading starts afresh
             energy = (previous.watts + watts) / 2 * seconds
-            self._book(self._split(name, pods, energy, seconds))
+            booked.add(self._split(name, pods, energy, seconds))
             self._totals.through = max(self._totals.through, at)
             self._dirty = True
+        self._book(booked)
 
     def _idle_w(self, name: str, model: NodeModel | None) -> float:
         """The node's idle draw: measured while it ran no workload pod, else the power model's
@@ -357,14 +416,21 @@ class EnergyAccountant:
         return self._lowest[name]
 
     def _split(self, name: str, pods: list[SlimPod], energy: float, seconds: float) -> Attribution:
-        facts = self._cache.hardware_of(name)
         node = self._cache.nodes.get(name)
-        cores = room(node.allocatable).cpu_millis // 1000 if node is not None else 0
-        profile = node_power_profile(facts.status if facts is not None else None, cores)
+        facts = self._cache.hardware_of(name)
         model = self._models(name)
-        uses, has_gpus = pod_uses(node, pods, profile, model)
-        idle = self._idle_w(name, model)
-        return attribute(NodeInterval(energy, seconds, idle, has_gpus), uses)
+        memo = self._plans.get(name)
+        if memo is None or not memo.made_from(node, facts, model, pods):
+            cores = room(node.allocatable).cpu_millis // 1000 if node is not None else 0
+            profile = node_power_profile(facts.status if facts is not None else None, cores)
+            bound = [p for p in pods if p.node_name == name]  # a nominated pod draws nothing yet
+            uses, has_gpus = pod_uses(node, bound, profile, model)
+            spec, controls = model if model is not None else (None, None)
+            memo = _NodePlan(
+                node, facts, spec, controls, tuple(pods), split_plan(uses, has_gpus), has_gpus
+            )
+            self._plans[name] = memo
+        return memo.plan.apply(NodeInterval(energy, seconds, self._idle_w(name, model)))
 
     def _admit(self, account: str) -> str:
         if account in self._totals.accounts or len(self._totals.accounts) < self._max_accounts:
@@ -384,14 +450,14 @@ class EnergyAccountant:
         totals[key] = totals.get(key, 0.0) + joules
         counter.labels(namespace, workload_class).inc(joules)
 
-    def _book(self, split: Attribution) -> None:
-        # In name order: which new namespace the cap folds away does not depend on pod order.
-        for key, joules in sorted(split.used_j.items()):
-            self._add_with_group(key, "used", joules)
-        for key, joules in sorted(split.saved_j.items()):
-            self._add_with_group(key, "saved" if joules > 0 else "lost", abs(joules))
+    def _book(self, booked: _Booked) -> None:
+        # Once per account per reading, in name order: which new namespace the cap folds away
+        # does not depend on the order of nodes or pods.
+        for kind, table in (("used", booked.used), ("saved", booked.saved), ("lost", booked.lost)):
+            for key, joules in sorted(table.items()):
+                self._add_with_group(key, kind, joules)
         # The split conserves energy to rounding; a counter never goes down.
-        overhead = max(0.0, split.overhead_j)
+        overhead = max(0.0, booked.overhead)
         self._totals.overhead += overhead
         self._counters.overhead.inc(overhead)
 
@@ -429,7 +495,7 @@ class EnergyAccountant:
             for account, joules in read.items():
                 self._add(account, joules - have.get(account, 0.0), kind)
         self._groups.restore(stored.groups)
-        self._book(Attribution(overhead_j=stored.overhead - self._totals.overhead))
+        self._book(_Booked(overhead=stored.overhead - self._totals.overhead))
         self._totals.through = max(self._totals.through, stored.through)
         self._not_before = self._totals.through
         self._restored = True

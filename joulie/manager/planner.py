@@ -36,6 +36,9 @@ from joulie.manager.twin_status import twin_hardware
 
 log = structlog.get_logger("joulie.manager")
 
+_UNCONTROLLED = Controls()
+"""One object, so that a reader comparing models by identity sees an unchanged one."""
+
 
 @dataclass(slots=True)
 class NodeMemo:
@@ -141,7 +144,7 @@ class Planner:
         spec, summary = memo.power
         intent = memo.intent
         if intent is None:
-            return spec, Controls()
+            return spec, _UNCONTROLLED
         if memo.controls is None or memo.controls[0] is not intent:
             try:
                 controls = controls_in_force(intent.spec, spec, summary)
