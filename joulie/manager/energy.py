@@ -231,7 +231,8 @@ class _NodePlan:
     controls: Controls | None
     pods: tuple[SlimPod, ...]
     plan: SplitPlan
-    has_gpus: bool
+    modelled_idle_w: float | None
+    """The power model's idle draw of the node under its controls (None without a model)."""
 
     def made_from(
         self,
@@ -404,15 +405,15 @@ class EnergyAccountant:
             self._dirty = True
         self._book(booked)
 
-    def _idle_w(self, name: str, model: NodeModel | None) -> float:
+    def _idle_w(self, name: str, memo: _NodePlan) -> float:
         """The node's idle draw: measured while it ran no workload pod, else the power model's
         under its controls, else the lowest reading seen (which overstates it on a node never
         seen idle)."""
         measured = self._idle.get(name)
         if measured is not None:
             return measured
-        if model is not None:
-            return _modelled_idle_w(*model)
+        if memo.modelled_idle_w is not None:
+            return memo.modelled_idle_w
         return self._lowest[name]
 
     def _split(self, name: str, pods: list[SlimPod], energy: float, seconds: float) -> Attribution:
@@ -427,10 +428,16 @@ class EnergyAccountant:
             uses, has_gpus = pod_uses(node, bound, profile, model)
             spec, controls = model if model is not None else (None, None)
             memo = _NodePlan(
-                node, facts, spec, controls, tuple(pods), split_plan(uses, has_gpus), has_gpus
+                node,
+                facts,
+                spec,
+                controls,
+                tuple(pods),
+                split_plan(uses, has_gpus),
+                _modelled_idle_w(*model) if model is not None else None,
             )
             self._plans[name] = memo
-        return memo.plan.apply(NodeInterval(energy, seconds, self._idle_w(name, model)))
+        return memo.plan.apply(NodeInterval(energy, seconds, self._idle_w(name, memo)))
 
     def _admit(self, account: str) -> str:
         if account in self._totals.accounts or len(self._totals.accounts) < self._max_accounts:

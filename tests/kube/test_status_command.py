@@ -213,6 +213,8 @@ def test_energy_shows_the_managers_accounts_per_namespace_and_class(
                     "accounts": json.dumps(accounts),
                     "overhead": repr(2 * 3.6e6),
                     "through": "1790000000.0",
+                    # team-a's capped work would have drawn 0.5 kWh more without Joulie.
+                    "saved": json.dumps({"team-a/standard": 0.5 * 3.6e6}),
                 },
             },
         ).raise_for_status()
@@ -225,7 +227,9 @@ def test_energy_shows_the_managers_accounts_per_namespace_and_class(
     table = status(cluster.admin_kubeconfig, *args)
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.splitlines()]
-    assert ["team-b", "performance", "6.000", "60.0", "%"] in rows
+    assert ["team-b", "performance", "6.000", "60.0", "%", "0.000", "0.0", "%"] in rows
+    assert ["team-a", "standard", "2.000", "20.0", "%", "0.500", "20.0", "%"] in rows
+    assert data["saved_kwh"] == 0.5
     # Accounts someone broke are one line of error, not a traceback.
     with cluster.api() as api:
         api.patch(
