@@ -115,6 +115,7 @@ def test_accounts_match_the_simulators_ground_truth_and_survive_a_leader_change(
     )
     first = role(cluster, tmp_path, "manager-first", settings)
     second = role(cluster, tmp_path, "manager-second", settings)
+    perf_ns, std_ns = f"perf-{uuid.uuid4().hex[:6]}", f"std-{uuid.uuid4().hex[:6]}"
     try:
         leader, follower = wait_until(
             lambda: (first, second) if leads(first) else (second, first) if leads(second) else None,
@@ -127,7 +128,6 @@ def test_accounts_match_the_simulators_ground_truth_and_survive_a_leader_change(
             60,
             "the leader to book the idle nodes",
         )
-        perf_ns, std_ns = f"perf-{uuid.uuid4().hex[:6]}", f"std-{uuid.uuid4().hex[:6]}"
         half = str(GPU.cpu_cores // 2)
         pods = {
             perf_ns: [
@@ -225,6 +225,13 @@ def test_accounts_match_the_simulators_ground_truth_and_survive_a_leader_change(
     finally:
         for manager in (first, second):
             manager.stop()
+        # Performance pods are counted cluster-wide (queue_aware_v1 in other tests reads them).
+        with cluster.api() as api:
+            for namespace in (perf_ns, std_ns):
+                api.delete(
+                    f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"}
+                )
+                api.delete(f"/api/v1/namespaces/{namespace}")
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
