@@ -161,7 +161,15 @@ def test_accounts_match_the_simulators_ground_truth_and_survive_a_leader_change(
             60,
             "both namespaces' pods to run and be booked",
         )
-        time.sleep(5 * INTERVAL_S)  # past the moment the pods started, within one reading
+        # Past the interval in which the pods started (split by whoever ran at its end): three
+        # more readings booked to the performance namespace.
+        seen: set[float] = set()
+
+        def three_more_readings() -> bool:
+            seen.add(booked(leader, booked_name, perf_ns, "performance"))
+            return len(seen) > 3
+
+        wait_until(three_more_readings, 30, "three more readings to be booked")
 
         def sample(manager: RoleProcess) -> tuple[dict[str, float], dict[str, float]]:
             ours = {
