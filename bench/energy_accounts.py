@@ -19,7 +19,7 @@ without the accountant and one with it (the controller's ``_energy`` set to None
 both halves of a pair run on the same machine state; the accountant spans two readings, within
 its gap of three intervals. The node lifecycle is off (SETTINGS). The accountant's memory is
 traced afterwards: a fresh accountant (with counters of its own, its writes refused) and the
-energy module's caches emptied, four readings accounted under tracemalloc, what is still
+split plans' caches emptied, four readings accounted under tracemalloc, what is still
 allocated after a collection.
 """
 
@@ -40,9 +40,10 @@ from bench.informer import current_rss_mib
 from joulie.core.power_model import Controls, Load, steady_state
 from joulie.kube import metrics
 from joulie.kube.writes import NotPermitted, Writer
-from joulie.manager import energy
+from joulie.manager import energy_plans
 from joulie.manager.controller import Controller
 from joulie.manager.energy import EnergyAccountant, EnergyCounters, NodeModel
+from joulie.manager.planner import Planner
 from joulie.manager.power import NodePower, PowerReading
 
 SETTINGS = {"LIFECYCLE_MODE": "off"}
@@ -137,10 +138,10 @@ def writes_by_resource() -> dict[str, float]:
 
 
 def _caches() -> list[tuple[str, Any]]:
-    """The energy module's lru caches (the saving factors' among them), by name."""
+    """The split plans' lru caches (the saving factors' among them), by name."""
     return [
         (name, value)
-        for name, value in sorted(vars(energy).items())
+        for name, value in sorted(vars(energy_plans).items())
         if callable(getattr(value, "cache_info", None))
     ]
 
@@ -238,7 +239,7 @@ async def measure(
 
 
 async def traced_memory(
-    template: EnergyAccountant, power: SteppedPower, names: Sequence[str]
+    template: EnergyAccountant, planner: Planner, power: SteppedPower, names: Sequence[str]
 ) -> dict[str, Any]:
     """What a fresh accountant keeps after four readings (an idle one, then three accounted),
     factor cache included: traced blocks still allocated after a collection."""
@@ -253,6 +254,7 @@ async def traced_memory(
         counters=EnergyCounters.registered(CollectorRegistry()),
         models=template._models,
     )
+    fresh.follow_models(planner.on_model_change)  # as the controller has the role's follow
     for _, cached in _caches():
         cached.cache_clear()
     gc.collect()

@@ -258,7 +258,7 @@ async def measure(
             figures["steady_gc"] = pauses.summary(pauses_before)
             if with_energy:
                 figures["energy"]["memory"] = await energy_accounts.traced_memory(
-                    accountant, power, names
+                    accountant, role.controller._planner, power, names
                 )
             walls = [r["wall_seconds"] for r in steady]
             cpus = [r["cpu_seconds"] for r in steady]

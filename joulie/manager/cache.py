@@ -340,6 +340,39 @@ class ClusterCache(InformerBundle):
                 )
         return next((f for f in found if not f.simulated), None)
 
+    def on_node_touched(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with the name of every node whose workload pods, Node or
+        NodeHardware facts may have changed (the energy accountant rebuilds only their plans);
+        given every node of the current caches first."""
+
+        def pod(*pods: SlimPod) -> None:
+            for p in pods:
+                if p.node_name:
+                    listener(p.node_name)
+                if p.nominated_node:
+                    listener(p.nominated_node)
+
+        def hardware_updated(old: HardwareFacts, new: HardwareFacts) -> None:
+            if not new.same_for_planning(old):
+                listener(old.node)
+                listener(new.node)
+
+        self.pods.add_handlers(Handlers(on_add=pod, on_update=pod, on_delete=pod))
+        self.nodes.add_handlers(
+            Handlers(
+                on_add=lambda n: listener(n.name),
+                on_update=lambda _, n: listener(n.name),
+                on_delete=lambda n: listener(n.name),
+            )
+        )
+        self.hardware.add_handlers(
+            Handlers(
+                on_add=lambda f: listener(f.node),
+                on_update=hardware_updated,
+                on_delete=lambda f: listener(f.node),
+            )
+        )
+
     # --- triggers ---------------------------------------------------------------------------
 
     def _fire(self, source: str) -> None:

@@ -83,6 +83,8 @@ class Controller:
     ) -> None:
         self._interval = interval
         self._energy = energy
+        if energy is not None:
+            energy.follow_models(planner.on_model_change)
         self._wall_clock = wall_clock
         self._cache = cache
         self._planner = planner

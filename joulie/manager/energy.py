@@ -7,6 +7,11 @@ node's pods and the overhead (what no pod explains), so the accounts and the ove
 what was measured. The accounts are Prometheus counters and, once a minute, one ConfigMap
 (:mod:`joulie.manager.energy_store`), from which the next leader continues.
 
+This module books and exports; each node's split plan comes from :mod:`.energy_plans`, and the
+per-node state (readings, idle draws, plans as rows) lives in arrays in :mod:`.energy_nodes`, so
+that a steady reading at 5,000 nodes is split without a per-node Python loop. A plan is rebuilt
+only for the nodes the informers or the planner say may have changed.
+
 Choices, and what they cost:
 
 * **Gaps are not guessed.** An interval longer than 3 reconcile intervals (a failed read, a
@@ -42,52 +47,29 @@ Choices, and what they cost:
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import operator
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
+import numpy as np
 import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from joulie.api import keys
-from joulie.api.enums import WorkloadClass
-from joulie.core.energy_accounting import (
-    Attribution,
-    NodeInterval,
-    PodUse,
-    SplitPlan,
-    account_key,
-    pod_use,
-    resource_share,
-    split_plan,
-)
-from joulie.core.energy_counterfactual import PodWork, counterfactuals, idle_power
-from joulie.core.pod_power import (
-    CPU_FALLBACK_CORES_PERFORMANCE,
-    CPU_FALLBACK_CORES_STANDARD,
-    DEFAULT_COEFFICIENTS,
-    NodePowerProfile,
-    PodDemand,
-    gpu_coefficient,
-    marginal_watts,
-    node_power_profile,
-)
-from joulie.core.power_model import Controls, NodePowerSpec
-from joulie.kube.projections import SlimNode, SlimPod
+from joulie.core.energy_split_arrays import FloatArray
 from joulie.kube.writes import NotPermitted, Writer
 from joulie.manager import energy_store
 from joulie.manager.cache import ClusterCache
 from joulie.manager.energy_groups import GroupAccounts
-from joulie.manager.lifecycle.facts import room
-from joulie.manager.power import PowerReading
+from joulie.manager.energy_nodes import NodeTable, Split
+from joulie.manager.energy_plans import GROUP_SEPARATOR, NodeModel, node_plan
+from joulie.manager.power import NodePower, PowerReading
 
 log = structlog.get_logger("joulie.manager.energy")
 
-__all__ = ["EnergyAccountant", "EnergyCounters", "NodeModel", "account_of", "pod_uses"]
+__all__ = ["EnergyAccountant", "EnergyCounters", "NodeModel"]
 
 GAP_INTERVALS: Final = 3
 """An interval longer than this many reconcile intervals is not counted."""
@@ -96,20 +78,11 @@ WRITE_EVERY_S: Final = 60.0
 END_OF_TERM_WRITE_S: Final = 5.0
 """How long the last write of a term may hold up the hand-over of the Lease."""
 OTHER_NAMESPACE: Final = "other"
-GROUP_SEPARATOR: Final = "\t"
-"""Between a pod's class account and its PodGroup in the attribution's account key (a tab is in
-no Kubernetes name)."""
 DEFAULT_GROUPS: Final = 200
 """PodGroups kept when the caller does not say (ENERGY_PODGROUPS_MAX's default)."""
-FACTORS_CACHED: Final = 4_096
-"""Distinct (hardware, controls) whose modelled idle draw is kept (a bounded cache)."""
-FACTORS_SHARED: Final = 1_024
-"""Distinct (hardware, controls, pods' work) whose saving factors are kept (a bounded cache;
-each node keeps its own split plan anyway)."""
-_GIB: Final = float(2**30)
+KINDS: Final = ("used", "saved", "lost")
 
-NodeModel = tuple[NodePowerSpec, Controls]
-"""A node's power model and the controls in force on it."""
+_WATTS = operator.attrgetter("watts")
 
 
 @dataclass(frozen=True)
@@ -150,132 +123,21 @@ class EnergyCounters:
             ),
         )
 
+    def of(self, kind: str) -> Counter:
+        return {"used": self.workload, "saved": self.saved, "lost": self.lost}[kind]
+
 
 _COUNTERS: Final = EnergyCounters.registered(REGISTRY)
 
 
-def account_of(pod: SlimPod) -> str:
-    """ "<namespace>/<class>": the pod's workload class when it names one, else standard."""
-    return account_key(pod.namespace, pod.annotations.get(keys.WORKLOAD_CLASS_ANNOTATION))
-
-
-@functools.lru_cache(maxsize=FACTORS_CACHED)
-def _modelled_idle_w(spec: NodePowerSpec, controls: Controls) -> float:
-    return idle_power(spec, controls)
-
-
-@functools.lru_cache(maxsize=FACTORS_SHARED)
-def _factors(
-    spec: NodePowerSpec, controls: Controls, works: tuple[PodWork, ...], cores: float
-) -> tuple[float, ...]:
-    # Nodes of one hardware group running the same kind of work share their factors: the first
-    # pass over a large cluster computes each configuration once.
-    return tuple(counterfactuals(spec, controls, works, cores))
-
-
-def pod_uses(
-    node: SlimNode | None,
-    pods: Iterable[SlimPod],
-    profile: NodePowerProfile | None,
-    model: NodeModel | None = None,
-) -> tuple[list[PodUse], bool]:
-    """The pods' uses of ``node`` (their requests' shares of its allocatable resources, their
-    modelled marginal power and, given the node's power ``model``, what the same work would have
-    drawn uncontrolled) and whether it has GPUs. A node not in the cache offers nothing: its
-    energy is overhead."""
-    offered = room(node.allocatable) if node is not None else None
-    cpu = offered.cpu_millis if offered is not None else 0
-    memory = offered.memory_bytes if offered is not None else 0
-    gpus = sum(offered.gpus.values()) if offered is not None else 0
-    uses = []
-    works = []
-    for pod in pods:
-        account = account_of(pod)
-        performance = account.endswith("/" + WorkloadClass.PERFORMANCE.value)
-        if pod.pod_group:
-            account += GROUP_SEPARATOR + pod.pod_group
-        cores = pod.cpu_millis / 1000
-        if cores <= 0:
-            # The extender's estimate assumes a pod asking for no CPU uses some; so does this.
-            cores = CPU_FALLBACK_CORES_PERFORMANCE if performance else CPU_FALLBACK_CORES_STANDARD
-        demand = PodDemand(cores, pod.memory_bytes / _GIB, pod.gpus, performance)
-        use = pod_use(
-            account,
-            (pod.cpu_millis, pod.memory_bytes, pod.gpus),
-            (cpu, memory, gpus),
-            marginal_watts(demand, profile),
+def reading_watts(nodes: Mapping[str, NodePower]) -> FloatArray:
+    """The reading's watts in its order (NaN where a read failed)."""
+    try:
+        return np.fromiter(map(_WATTS, nodes.values()), dtype=np.float64, count=len(nodes))
+    except TypeError:  # a failed read's None
+        return np.array(
+            [math.nan if w is None else w for w in map(_WATTS, nodes.values())], dtype=np.float64
         )
-        uses.append(use)
-        works.append(
-            PodWork(
-                idle_share=resource_share(use, gpus > 0),
-                cpu_cores=cores * DEFAULT_COEFFICIENTS.cpu_util,
-                gpus=pod.gpus,
-                gpu_util=gpu_coefficient(performance, DEFAULT_COEFFICIENTS) if pod.gpus else 0.0,
-            )
-        )
-    if model is not None and uses:
-        factors = _factors(model[0], model[1], tuple(works), cpu / 1000)
-        uses = [replace(u, counterfactual=f) for u, f in zip(uses, factors, strict=True)]
-    return uses, gpus > 0
-
-
-@dataclass(frozen=True, slots=True)
-class _NodePlan:
-    """A node's split plan and what it was made from (the node, its NodeHardware, its model,
-    its pods), compared by identity: the informers replace an object whenever it changes."""
-
-    node: SlimNode | None
-    facts: object
-    spec: NodePowerSpec | None
-    controls: Controls | None
-    pods: tuple[SlimPod, ...]
-    plan: SplitPlan
-    modelled_idle_w: float | None
-    """The power model's idle draw of the node under its controls (None without a model)."""
-
-    def made_from(
-        self,
-        node: SlimNode | None,
-        facts: object,
-        model: NodeModel | None,
-        pods: list[SlimPod],
-    ) -> bool:
-        spec, controls = model if model is not None else (None, None)
-        return (
-            self.node is node
-            and self.facts is facts
-            and self.spec is spec
-            and self.controls is controls
-            and len(self.pods) == len(pods)
-            and all(map(operator.is_, self.pods, pods))
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    at: float
-    watts: float
-
-
-@dataclass
-class _Booked:
-    """One reading's splits, summed per account (saved and lost kept apart per node)."""
-
-    used: dict[str, float] = field(default_factory=dict)
-    saved: dict[str, float] = field(default_factory=dict)
-    lost: dict[str, float] = field(default_factory=dict)
-    overhead: float = 0.0
-
-    def add(self, split: Attribution) -> None:
-        for key, joules in split.used_j.items():
-            self.used[key] = self.used.get(key, 0.0) + joules
-        for key, joules in split.saved_j.items():
-            if joules > 0:
-                self.saved[key] = self.saved.get(key, 0.0) + joules
-            elif joules < 0:
-                self.lost[key] = self.lost.get(key, 0.0) - joules
-        self.overhead += split.overhead_j
 
 
 @dataclass
@@ -289,7 +151,12 @@ class _Totals:
 
 class EnergyAccountant:
     """Accounts each reading of the leader's reconcile; :meth:`new_term` at the start of a term,
-    :meth:`end_term` at its end."""
+    :meth:`end_term` at its end.
+
+    A node's split plan is rebuilt only when its pods, Node or NodeHardware may have changed
+    (the cache's informers say which nodes they touched) or its power model did: the planner
+    says which, once :meth:`follow_models` is given its subscription; without it, every node's
+    model is asked for at every reading."""
 
     def __init__(
         self,
@@ -312,18 +179,17 @@ class EnergyAccountant:
         self._clock = clock
         self._models = models
         """Per node, its power model and controls (the planner's); None: nothing is saved."""
+        self._models_followed = False
         self._groups = groups if groups is not None else GroupAccounts(DEFAULT_GROUPS)
         self._totals = _Totals()
         """What the counters hold (the process's own figures, which a restore only raises)."""
-        self._idle: dict[str, float] = {}
-        """Per node, the lowest reading while it ran no workload pod: its measured idle draw
-        (kept across terms, a measurement)."""
-        self._lowest: dict[str, float] = {}
-        """Per node, the lowest reading seen (the idle draw of last resort)."""
-        self._plans: dict[str, _NodePlan] = {}
-        """Per node, its split plan while its pods, hardware and controls stay the same: a
-        steady reconcile at 5,000 nodes then costs one pass over each node's accounts."""
-        self._last: dict[str, _Sample] = {}
+        self._nodes = NodeTable()
+        """Per node of the readings: last reading, idle draws, split plan (see energy_nodes);
+        the measured idle draws are kept across terms (a measurement)."""
+        self._followed: ClusterCache | None = None
+        """The cache whose informers feed ``_touched``."""
+        self._touched: set[str] = set()
+        """Nodes whose plan may be stale since the last reading."""
         self._restored = False
         self._not_before = 0.0
         self._dirty = False
@@ -341,10 +207,17 @@ class EnergyAccountant:
             tuple(self._groups.items()),
         )
 
+    def follow_models(self, subscribe: Callable[[Callable[[str], None]], None]) -> None:
+        """Rebuild a node's plan for a new power model only when ``subscribe``'s listener is
+        told its name (the planner's model changes), instead of asking every node's model."""
+        subscribe(self._touch)
+        self._models_followed = True
+        self._touched.update(self._nodes.names)
+
     def new_term(self) -> None:
         """Forget this process's earlier readings (another leader counted since) and read the
         stored totals again before counting."""
-        self._last.clear()
+        self._nodes.forget_readings()
         self._restored = False
         self._dirty = False
         self._written_at = -math.inf
@@ -374,70 +247,58 @@ class EnergyAccountant:
 
     # --- accounting -------------------------------------------------------------------------
 
+    def _touch(self, node: str) -> None:
+        self._touched.add(node)
+
     def _account(self, reading: PowerReading) -> None:
         at = reading.at
         if at <= self._not_before:
             return  # counted by the leader that wrote the stored totals
-        for table in (self._last, self._idle, self._lowest, self._plans):
-            for name in [n for n in table if n not in reading.nodes]:
-                del table[name]
-        booked = _Booked()
-        for name, power in reading.nodes.items():
-            watts = power.watts
-            if watts is None or not math.isfinite(watts) or watts < 0:
-                continue  # a failed read: the next good one spans it, if within the gap
-            previous = self._last.get(name)
-            if previous is not None and previous.at == at:
-                continue  # the reader's cached reading, already counted
-            self._last[name] = _Sample(at, watts)
-            pods = self._cache.workload_pods(name)
-            self._lowest[name] = min(self._lowest.get(name, watts), watts)
-            if not pods:
-                self._idle[name] = min(self._idle.get(name, watts), watts)
-            if previous is None:
-                continue
-            seconds = at - previous.at
-            if not 0 < seconds <= self._max_gap:
-                continue  # a gap is lost, not guessed; this reading starts afresh
-            energy = (previous.watts + watts) / 2 * seconds
-            booked.add(self._split(name, pods, energy, seconds))
+        nodes = self._nodes
+        if self._cache is not self._followed:
+            # Told from now on which nodes the informers touch; until now, any may have moved.
+            self._cache.on_node_touched(self._touch)
+            self._followed = self._cache
+            self._touched.update(nodes.names)
+        touched, self._touched = self._touched, set()
+        touched.update(nodes.follow(list(reading.nodes)))
+        if not self._models_followed:
+            touched.update(self._models_moved())
+        for name in touched:
+            slot = nodes.slots.get(name)
+            if slot is not None:
+                self._plan(slot, name)
+        split = nodes.close(at, reading_watts(reading.nodes), self._max_gap)
+        if split.counted:
+            self._book_split(split)
             self._totals.through = max(self._totals.through, at)
             self._dirty = True
-        self._book(booked)
 
-    def _idle_w(self, name: str, memo: _NodePlan) -> float:
-        """The node's idle draw: measured while it ran no workload pod, else the power model's
-        under its controls, else the lowest reading seen (which overstates it on a node never
-        seen idle)."""
-        measured = self._idle.get(name)
-        if measured is not None:
-            return measured
-        if memo.modelled_idle_w is not None:
-            return memo.modelled_idle_w
-        return self._lowest[name]
-
-    def _split(self, name: str, pods: list[SlimPod], energy: float, seconds: float) -> Attribution:
-        node = self._cache.nodes.get(name)
-        facts = self._cache.hardware_of(name)
-        model = self._models(name)
-        memo = self._plans.get(name)
-        if memo is None or not memo.made_from(node, facts, model, pods):
-            cores = room(node.allocatable).cpu_millis // 1000 if node is not None else 0
-            profile = node_power_profile(facts.status if facts is not None else None, cores)
-            bound = [p for p in pods if p.node_name == name]  # a nominated pod draws nothing yet
-            uses, has_gpus = pod_uses(node, bound, profile, model)
+    def _models_moved(self) -> list[str]:
+        """Nodes whose model is not the one their plan was made with (by identity)."""
+        moved = []
+        models = self._models
+        for name, inputs in zip(self._nodes.names, self._nodes.inputs, strict=True):
+            model = models(name)
             spec, controls = model if model is not None else (None, None)
-            memo = _NodePlan(
-                node,
-                facts,
-                spec,
-                controls,
-                tuple(pods),
-                split_plan(uses, has_gpus),
-                _modelled_idle_w(*model) if model is not None else None,
-            )
-            self._plans[name] = memo
-        return memo.plan.apply(NodeInterval(energy, seconds, self._idle_w(name, memo)))
+            if inputs is None or inputs.spec is not spec or inputs.controls is not controls:
+                moved.append(name)
+        return moved
+
+    def _plan(self, slot: int, name: str) -> None:
+        """Bring node ``name``'s plan up to date with the caches and its model."""
+        cache = self._cache
+        pods = cache.workload_pods(name)
+        node = cache.nodes.get(name)
+        facts = cache.hardware_of(name)
+        model = self._models(name)
+        nodes = self._nodes
+        kept = nodes.inputs[slot]
+        status = facts.status if facts is not None else None
+        if kept is not None and kept.same(node, status, model, pods):
+            nodes.set_empty(slot, not pods)
+            return
+        nodes.set_plan(slot, node_plan(name, node, facts, model, pods), not pods)
 
     def _admit(self, account: str) -> str:
         if account in self._totals.accounts or len(self._totals.accounts) < self._max_accounts:
@@ -449,22 +310,32 @@ class EnergyAccountant:
             return
         key = self._admit(account)
         namespace, workload_class = key.rsplit("/", 1)
-        totals, counter = {
-            "used": (self._totals.accounts, self._counters.workload),
-            "saved": (self._totals.saved, self._counters.saved),
-            "lost": (self._totals.lost, self._counters.lost),
+        totals = {
+            "used": self._totals.accounts,
+            "saved": self._totals.saved,
+            "lost": self._totals.lost,
         }[kind]
         totals[key] = totals.get(key, 0.0) + joules
-        counter.labels(namespace, workload_class).inc(joules)
+        self._counters.of(kind).labels(namespace, workload_class).inc(joules)
 
-    def _book(self, booked: _Booked) -> None:
+    def _book_split(self, split: Split) -> None:
+        sums, keys = split.sums, split.keys
+        tables: list[dict[str, float]] = []
+        for values in (sums.used, sums.saved, sums.lost):
+            booked = np.flatnonzero(values > 0.0).tolist()
+            tables.append(
+                {keys[i]: joules for i, joules in zip(booked, values[booked].tolist(), strict=True)}
+            )
+        self._book(tables, sums.overhead_j)
+
+    def _book(self, tables: Collection[Mapping[str, float]], overhead: float) -> None:
         # Once per account per reading, in name order: which new namespace the cap folds away
         # does not depend on the order of nodes or pods.
-        for kind, table in (("used", booked.used), ("saved", booked.saved), ("lost", booked.lost)):
+        for kind, table in zip(KINDS, tables, strict=True):
             for key, joules in sorted(table.items()):
                 self._add_with_group(key, kind, joules)
         # The split conserves energy to rounding; a counter never goes down.
-        overhead = max(0.0, booked.overhead)
+        overhead = max(0.0, overhead)
         self._totals.overhead += overhead
         self._counters.overhead.inc(overhead)
 
@@ -502,7 +373,7 @@ class EnergyAccountant:
             for account, joules in read.items():
                 self._add(account, joules - have.get(account, 0.0), kind)
         self._groups.restore(stored.groups)
-        self._book(_Booked(overhead=stored.overhead - self._totals.overhead))
+        self._book(({}, {}, {}), stored.overhead - self._totals.overhead)
         self._totals.through = max(self._totals.through, stored.through)
         self._not_before = self._totals.through
         self._restored = True

@@ -84,6 +84,16 @@ class Planner:
         self._selector = parse_selector(settings.node_selector)
         self.memos: dict[str, NodeMemo] = {}
         self._views_changed = False
+        self._model_listeners: list[Callable[[str], None]] = []
+
+    def on_model_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with a node's name whenever what :meth:`power_model` answers for it
+        may have changed (its hardware view, its intent, or the node itself went)."""
+        self._model_listeners.append(listener)
+
+    def _model_changed(self, name: str) -> None:
+        for listener in self._model_listeners:
+            listener(name)
 
     def managed(self, node: SlimNode) -> bool:
         """Selected by NODE_SELECTOR and not reserved: the nodes the lifecycle looks after
@@ -106,6 +116,7 @@ class Planner:
         """Drop the memos of nodes that no longer exist."""
         for name in [n for n in self.memos if n not in keep]:
             del self.memos[name]
+            self._model_changed(name)
 
     def current(self, node: SlimNode, facts: HardwareFacts | None) -> NodeMemo:
         """The node's memo, its hardware view brought up to date with ``node`` and ``facts``
@@ -125,6 +136,7 @@ class Planner:
             memo.intent = memo.twin_hardware = None
             memo.power = memo.controls = None
             self._views_changed = True
+            self._model_changed(node.name)
         return memo
 
     def view(self, node: SlimNode, facts: HardwareFacts | None) -> HardwareView:
@@ -223,6 +235,7 @@ class Planner:
             gpu_optimal_cap_w=optimal_gpu_cap_w(view, self.catalog) if result.class_caps else None,
         )
         memo.intent_inputs = inputs
+        self._model_changed(node.name)
         return memo.intent
 
     def twin_hardware(self, memo: NodeMemo) -> TwinHardware:

@@ -22,8 +22,9 @@ from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.writes import Writer
 from joulie.manager import energy_store
 from joulie.manager.cache import ClusterCache
-from joulie.manager.energy import EnergyAccountant, EnergyCounters, NodeModel, pod_uses
+from joulie.manager.energy import EnergyAccountant, EnergyCounters
 from joulie.manager.energy_groups import GroupAccounts, GroupCounters
+from joulie.manager.energy_plans import NodeModel, pod_uses
 from joulie.manager.power import NodePower, PowerReading
 from tests.support import builders
 
