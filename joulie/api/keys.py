@@ -20,6 +20,12 @@ NODE_HARDWARE_PLURAL: Final = "nodehardwares"
 # Pod annotation carrying the user's placement intent (performance | standard).
 WORKLOAD_CLASS_ANNOTATION: Final = "joulie.io/workload-class"
 
+# The PriorityClass manifests/priority gives performance pods that name no class (its value and
+# preemptionPolicy Never): performance work first in the queue, preempting nothing. The
+# simulator's queue applies the same rule.
+PERFORMANCE_PRIORITY_CLASS: Final = "joulie-performance"
+PERFORMANCE_PRIORITY: Final = 1000
+
 # Node label written by the controller manager: the supply side of the contract.
 POWER_PROFILE_LABEL: Final = "joulie.io/power-profile"
 # Node label an operator sets to "true" to keep a node out of Joulie's plan.

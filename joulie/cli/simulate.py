@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from joulie.sim.results import RunResult
-from joulie.sim.run_spec import BASELINES, RunSpec, preset
+from joulie.sim.run_spec import ALL_BASELINES, RunSpec, preset
 
 __all__ = ["run"]
 
@@ -58,7 +58,7 @@ def _list(text: str, what: str, convert: Callable[[str], Any]) -> list[Any]:
 
 
 def _baseline(value: str) -> str:
-    if value not in BASELINES:
+    if value not in ALL_BASELINES:
         raise ValueError(value)
     return value
 

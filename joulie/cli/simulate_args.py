@@ -64,7 +64,10 @@ def add_parser(sub: Any) -> None:
         help="stop each run here even if work remains (default 10 x --hours)",
     )
     simulate.add_argument(
-        "--baselines", default="A,B,C", help="comma list of A, B, C (default A,B,C)"
+        "--baselines",
+        default="A,B,C",
+        help="comma list of A, B, C, D (default A,B,C); D: class_caps, each GPU capped by "
+        "the class of its pod, with performance work first in the queue",
     )
     simulate.add_argument("--seeds", help="comma list of seeds (default 1; steady-state: 1,2,3)")
     simulate.add_argument(

@@ -13,6 +13,11 @@ A workload's speed is that of its slowest pod (a gang runs in lock step); a pod'
 from the clocks of its node as the power model solves them under the node's caps and presets:
 the share of its run time bound by the CPU clock stretches by 1 / cpu speed, the GPU share by
 1 / gpu speed, and the rest not at all. Nothing ever runs faster than at full clocks.
+
+On a node whose spec caps each GPU by the class of its pod (``class_caps``), each pod's boards
+carry the cap of its own class and the boards no pod holds the idle one (:class:`BoardRule`,
+resolved once per spec by ``core.caps.board_caps``); its boards' clocks, and so its speed,
+follow its own class's cap whatever the node's other pods are.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +47,7 @@ from joulie.sim.pods import slim_pod
 from joulie.sim.trace import Workload
 from joulie.sim.workload_energy import WorkloadLedger
 
-__all__ = ["Cluster", "Job"]
+__all__ = ["BoardRule", "Cluster", "Job"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -75,6 +80,8 @@ class Job:
     room_bound: int | None = None
     """A gang that did not fit: at most how many of its pods the cluster could hold then
     (placement's cheap test before trying again)."""
+    preempts: bool = True
+    """False: it waits for room rather than preempt (preemptionPolicy Never)."""
     load: PodLoad | None = None
     """What one of its pods asks of a node's parts (read from the pod once, at its first
     start: every pod of a workload asks the same)."""
@@ -82,6 +89,38 @@ class Job:
     @property
     def running(self) -> bool:
         return bool(self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class BoardRule:
+    """The per-board caps a node's spec sets by the class of each board's pod (watts; None:
+    uncapped), and the node's controls with each class's cap in place of the node-level one
+    (what the clocks of a pod of that class follow)."""
+
+    performance_w: float | None
+    standard_w: float | None
+    idle_w: float | None
+    performance: Controls
+    standard: Controls
+
+    @classmethod
+    def of(
+        cls,
+        controls: Controls,
+        performance_w: float | None,
+        standard_w: float | None,
+        idle_w: float | None,
+    ) -> BoardRule:
+        return cls(
+            performance_w,
+            standard_w,
+            idle_w,
+            replace(controls, gpu_cap_w=performance_w),
+            replace(controls, gpu_cap_w=standard_w),
+        )
+
+    def controls_for(self, workload: Workload) -> Controls:
+        return self.performance if workload.performance else self.standard
 
 
 UNCONTROLLED = Steady(0.0, 0.0, 1.0, 1.0)
@@ -144,6 +183,11 @@ class Cluster:
         self.off: set[int] = set()
         """Nodes powered off by the lifecycle: they draw nothing."""
         self.controls: list[Controls] = [Controls()] * n
+        self.board_rules: list[BoardRule | None] = [None] * n
+        """Per node, its per-board caps by class (None: every board takes ``controls``)."""
+        self._with_board_caps: dict[tuple[Controls, tuple[float | None, ...]], Controls] = {}
+        """(node controls, per-board caps) -> the controls with them: a few dozen pairs a run,
+        built once rather than at each change of a node's pods."""
         self.steady: list[Steady] = []
         self.node_w = np.zeros(n)
         self.node_energy_j = np.zeros(n)
@@ -203,7 +247,16 @@ class Cluster:
         the speed of every workload running there if its clocks moved."""
         model = self.fleet.model(node)
         load = load_of(self._pod_loads(node), model.cpu_millis / 1000.0, model.gpus)
-        steady = steady_state(model.power, load, self.controls[node])
+        controls = self.controls[node]
+        rule = self.board_rules[node]
+        if rule is not None:
+            caps = self._board_caps(node, rule, model.gpus)
+            key = (controls, caps)
+            with_caps = self._with_board_caps.get(key)
+            if with_caps is None:
+                with_caps = self._with_board_caps[key] = replace(controls, gpu_board_caps_w=caps)
+            controls = with_caps
+        steady = steady_state(model.power, load, controls)
         before = self.steady[node]
         self.steady[node] = steady
         self._draw(node, 0.0 if node in self.off else steady.node_w, t)
@@ -223,6 +276,17 @@ class Cluster:
             assert load is not None  # read when its pods started
             loads.extend([load] * len(group))
         return loads
+
+    def _board_caps(self, node: int, rule: BoardRule, gpu_count: int) -> tuple[float | None, ...]:
+        """Each board's cap, in the order ``load_of`` gives the pods their boards."""
+        caps: list[float | None] = []
+        for index, group in self.pods_on[node].items():
+            workload = self._jobs[index].workload
+            gpus = workload.gpus if workload.gpu_resource else 0
+            if gpus:
+                cap = rule.performance_w if workload.performance else rule.standard_w
+                caps += [cap] * min(gpus * len(group), gpu_count - len(caps))
+        return (*caps, *(rule.idle_w,) * (gpu_count - len(caps)))
 
     def _draw(self, node: int, watts: float, t: float) -> None:
         old = float(self.node_w[node])
@@ -256,6 +320,13 @@ class Cluster:
             )
             self._refresh(node, t, gpu_controls_changed=gpu_moved)
 
+    def set_board_rule(self, node: int, rule: BoardRule | None, t: float) -> None:
+        """Cap the node's boards by the class of each board's pod (None: by ``controls``)."""
+        if rule != self.board_rules[node]:
+            self.ledger.book(node, t)
+            self.board_rules[node] = rule
+            self._refresh(node, t, gpu_controls_changed=True)
+
     # --- jobs ---------------------------------------------------------------------------
 
     def hold(self, node: int, cpu_millis: int, memory_bytes: int, gpus: int) -> None:
@@ -284,7 +355,9 @@ class Cluster:
         job.since = t
         fleet = self.fleet
         speed = min(
-            pod_speed(workload, fleet.model(n).power, self.steady[n], self.controls[n])
+            pod_speed(
+                workload, fleet.model(n).power, self.steady[n], self._pod_controls(n, workload)
+            )
             for n in job.nodes
         )
         # A gang that got fewer than all its pods runs proportionally slower.
@@ -293,6 +366,11 @@ class Cluster:
         job.version += 1
         finish = t + job.remaining_s / speed if speed > 0.0 else math.inf
         heapq.heappush(self.completions, (finish, job.index, job.version))
+
+    def _pod_controls(self, node: int, workload: Workload) -> Controls:
+        """The controls a pod of ``workload``'s boards run under on ``node``."""
+        rule = self.board_rules[node]
+        return self.controls[node] if rule is None else rule.controls_for(workload)
 
     def start(self, job: Job, nodes: list[int], t: float) -> None:
         """Run ``job``'s pods on ``nodes`` (one entry per pod) from ``t``."""

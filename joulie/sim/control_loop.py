@@ -22,12 +22,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from joulie.api.enums import Profile, SchedulableClass
+from joulie.api.enums import Profile, SchedulableClass, WorkloadClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import ControlRequest
+from joulie.core.caps import board_caps
 from joulie.core.enforcement import apply_control, control_request
 from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
-from joulie.core.policies import PlanNode, PolicyInputs, Reads, plan, policy_of, values_of
+from joulie.core.policies import (
+    ClassCaps,
+    PlanNode,
+    PolicyInputs,
+    Reads,
+    plan,
+    policy_of,
+    values_of,
+)
 from joulie.core.power_model import Controls
 from joulie.core.score_table import ScoreTable
 from joulie.core.scoring import filter_reason, terms_of
@@ -40,7 +49,7 @@ from joulie.core.twin import (
     display_value,
     status_fields,
 )
-from joulie.sim.cluster import Cluster
+from joulie.sim.cluster import BoardRule, Cluster
 from joulie.sim.fleet import Fleet
 from joulie.sim.placement import Scheduler
 
@@ -96,6 +105,7 @@ class ControlLoop:
         self._values = values_of(inputs.params)
         self._planned_for: Hashable = None
         self._policy_name = ""
+        self._class_caps: ClassCaps | None = None
         self._recent: set[int] = set()
         """Nodes whose power moved within the trend window (their twins move every reconcile)."""
         self._reconciled = False
@@ -114,6 +124,9 @@ class ControlLoop:
         pod's GPUs."""
         self._controls_after: dict[tuple[int, Controls, int], Controls] = {}
         """(group, controls before, id of a request held in ``_intents``) -> controls after."""
+        self._rules: dict[tuple[int, int, Controls], BoardRule] = {}
+        """(group, id of a spec held in ``_intents``, the node's controls) -> its per-board
+        rule."""
 
     # --- the plan -----------------------------------------------------------------------
 
@@ -145,6 +158,7 @@ class ControlLoop:
         self.plans += 1
         self._planned_for = demand
         self._policy_name = result.policy_name
+        self._class_caps = result.class_caps
         moved: set[int] = set()
         for i, name in enumerate(self.fleet.names):
             profile = result.profiles[name]
@@ -171,7 +185,7 @@ class ControlLoop:
         name = self.fleet.names[node]
         # The nodes of a group are alike: what the same inputs give is worked out once per
         # group (the spec kept is the first asker's, whose node name nothing here reads).
-        key = (group, inputs, self._policy_name)
+        key = (group, inputs, self._policy_name, self._class_caps)
         found = self._intents.get(key)
         if found is None:
             intent = node_twin_spec(
@@ -185,6 +199,8 @@ class ControlLoop:
                 running_pod_max_gpus=inputs[2],
                 policy_name=self._policy_name,
                 config=self.config,
+                class_caps=self._class_caps,
+                gpu_optimal_cap_w=model.gpu_optimal_cap_w if self._class_caps else None,
             )
             request = control_request(
                 intent.spec, model.summary, governor_writes=self.governor_writes
@@ -201,6 +217,7 @@ class ControlLoop:
                 controls, _ = apply_control(name, model.power, before, request)
                 self._controls_after[after_key] = controls
             cluster.set_controls(node, controls, t)
+            cluster.set_board_rule(node, self._board_rule(group, intent.spec, controls), t)
             if state.label != intent.spec.profile:
                 state.label = intent.spec.profile
                 self._plan_nodes = None  # the plan reads the labels
@@ -213,6 +230,26 @@ class ControlLoop:
             self.eco[node] = intent.schedulable_class is SchedulableClass.ECO
             changed = True
         return changed
+
+    def _board_rule(self, group: int, spec: NodeTwinSpec, controls: Controls) -> BoardRule | None:
+        """The per-board caps ``spec`` sets by class (``class_caps``), resolved by the core
+        function the node agent resolves them with, against the boards' range; None without
+        per-class caps."""
+        gpu = self.fleet.groups[group].power.gpu
+        if gpu is None or spec.gpu is None or spec.gpu.class_caps is None:
+            return None
+        key = (group, id(spec), controls)  # specs live on in ``_intents``: ids stay theirs
+        rule = self._rules.get(key)
+        if rule is None:
+            caps = board_caps(
+                spec,
+                (WorkloadClass.PERFORMANCE.value, WorkloadClass.STANDARD.value, None),
+                gpu_max_watts_per_gpu=gpu.max_w,
+                gpu_min_watts_per_gpu=gpu.min_cap_w,
+            )
+            performance, standard, idle = (None if c is None else c.watts for c in caps)
+            rule = self._rules[key] = BoardRule.of(controls, performance, standard, idle)
+        return rule
 
     def _twin_output(self, node: int) -> TwinOutput:
         state = self.nodes[node]

@@ -5,10 +5,12 @@ functions the live roles run.
 The loop jumps from event to event. At each moment it finishes the workloads due, takes in the
 arrivals, lets the manager reconcile when one is due (baselines B and C), and then runs a
 scheduling pass over the pending queue (priority first, then submission order), as
-kube-scheduler's queue does. A pod that could not be placed is tried again only on the nodes
-that changed since (freed room, a node taken out of eco): every other node was already found
-unable to take it, exactly as kube-scheduler only requeues unschedulable pods on cluster events
-that could make them fit. A workload that does not fit may preempt lower-priority ones
+kube-scheduler's queue does (with ``Scenario.performance_first``, performance work takes the
+``joulie-performance`` priority and preempts nothing, as manifests/priority makes it on a
+cluster). A pod that could not be placed is tried again only on the nodes that changed since
+(freed room, a node taken out of eco): every other node was already found unable to take it,
+exactly as kube-scheduler only requeues unschedulable pods on cluster events that could make
+them fit. A workload that does not fit may preempt lower-priority ones
 (``joulie.sim.preempting``).
 
 Baseline A runs the same trace without Joulie: no manager, no caps, no extender, and pods'
@@ -30,6 +32,7 @@ the window's ends, the window's.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from joulie.api import keys
 from joulie.api.enums import SchedulableClass
 from joulie.api.inventory import Inventory
 from joulie.core.intents import IntentConfig
@@ -55,7 +59,7 @@ from joulie.sim.queue import PendingQueue
 from joulie.sim.results import ClassResult, Percentiles, RunResult, Sample, WindowResult
 from joulie.sim.trace import Workload
 
-__all__ = ["Engine", "Scenario", "simulate"]
+__all__ = ["Engine", "Scenario", "performance_first", "simulate"]
 
 Progress = Callable[[float], None]
 
@@ -86,12 +90,36 @@ class Scenario:
     """The measurement window (start, end) in virtual seconds: energy, completed work and the
     workloads submitted inside it are also reported apart (``RunResult.window``); None: no
     window."""
+    performance_first: bool = False
+    """manifests/priority installed: every performance workload below the
+    ``joulie-performance`` class's priority is raised to it and never preempts (see
+    :func:`performance_first`)."""
 
     def __post_init__(self) -> None:
         if self.window is not None:
             start, end = self.window
             if not 0.0 <= start < end:
                 raise ValueError(f"window {self.window}: expected 0 <= start < end")
+
+
+def performance_first(workloads: Sequence[Workload]) -> tuple[list[Workload], set[int]]:
+    """The workloads as manifests/priority admits them: each performance one below the
+    ``joulie-performance`` class's priority takes it, and preempts nothing (the class's
+    preemptionPolicy Never); the indices of those that never preempt.
+
+    On a cluster the admission policy gives the class only to performance pods that name no
+    priority class. A trace's priorities stand for what pods would get without Joulie's class
+    (the generator's 0 for batch and 100 for GPU jobs are its defaults, not classes a pod
+    names), so here every performance workload below the class's value counts as naming none;
+    one at or above it keeps its own priority and may preempt as before."""
+    out: list[Workload] = []
+    never: set[int] = set()
+    for index, w in enumerate(workloads):
+        if w.performance and w.priority < keys.PERFORMANCE_PRIORITY:
+            w = dataclasses.replace(w, priority=keys.PERFORMANCE_PRIORITY)
+            never.add(index)
+        out.append(w)
+    return out, never
 
 
 @dataclass(slots=True)
@@ -123,9 +151,13 @@ class Engine:
         self.scenario = scenario
         self.progress = progress
         self.fleet: Fleet = build_fleet(scenario.inventory, scenario.catalog, scenario.config)
-        priorities = {w.priority for w in scenario.workloads} | {0}
-        self.cluster = Cluster(self.fleet, scenario.ambient_c, sorted(priorities))
         joulie = scenario.policy is not None
+        workloads = sorted(scenario.workloads, key=lambda w: (w.submit_s, w.id))
+        never_preempt: set[int] = set()
+        if scenario.performance_first and joulie:
+            workloads, never_preempt = performance_first(workloads)
+        priorities = {w.priority for w in workloads} | {0}
+        self.cluster = Cluster(self.fleet, scenario.ambient_c, sorted(priorities))
         self.table = ScoreTable(capacity=len(self.fleet) + 1) if joulie else None
         self.scheduler = Scheduler(self.fleet, self.cluster, self.table)
         self.loop: ControlLoop | None = None
@@ -139,7 +171,6 @@ class Engine:
                 scenario.config,
                 scenario.trend_window_s,
             )
-        workloads = sorted(scenario.workloads, key=lambda w: (w.submit_s, w.id))
         jobs = []
         demands: dict[tuple[object, ...], PodDemand] = {}
         for index, w in enumerate(workloads):
@@ -149,7 +180,7 @@ class Engine:
             demand = demands.get(shape)
             if demand is None:
                 demand = demands[shape] = pod_demand(manifest)
-            jobs.append(Job(index, w, demand, manifest))
+            jobs.append(Job(index, w, demand, manifest, preempts=index not in never_preempt))
         self.run = _Run(jobs)
         self.queue = PendingQueue(jobs, self.fleet, joulie)
         self.cluster.attach(jobs)
@@ -214,7 +245,7 @@ class Engine:
             retry = bool(self.queue.parked[index])
             # A parked workload can only fit now thanks to the nodes that changed.
             nodes = self.scheduler.place(job, changed if retry else None)
-            if nodes is None and not retry:
+            if nodes is None and not retry and job.preempts:
                 nodes = self._preempt(job, t)
             if nodes is None:
                 self.queue.park(index)

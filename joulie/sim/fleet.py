@@ -28,6 +28,7 @@ from joulie.core.pod_power import NodePowerProfile, node_power_profile
 from joulie.core.power_model import NodePowerSpec, Throughput
 from joulie.core.twin import TwinHardware, twin_hardware
 from joulie.hardware.catalog import Catalog
+from joulie.hardware.power_spec import optimal_gpu_cap_w
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.simulated import simulated_hardware
 from joulie.hardware.unknown_models import Kind, UnknownModel, unknown_models, unknown_parts
@@ -60,6 +61,9 @@ class GroupModel:
     memory_bytes: int
     gpus: int
     gpu_resource: str | None
+    gpu_optimal_cap_w: float | None = None
+    """Its boards' energy-optimal cap, as the manager's planner works it out from the catalog
+    (what ``class_caps`` gives standard work); None without GPUs the catalog knows."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def _group_model(group: NodeGroup, catalog: Catalog, config: IntentConfig) -> Gr
         memory_bytes=int(parse_quantity(capacity["memory"])),
         gpus=group.gpu_count if group.gpu_resource else 0,
         gpu_resource=group.gpu_resource,
+        gpu_optimal_cap_w=optimal_gpu_cap_w(view, catalog),
     )
 
 

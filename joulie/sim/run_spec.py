@@ -11,10 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Baseline = Literal["A", "B", "C"]
+Baseline = Literal["A", "B", "C", "D"]
 BASELINES: tuple[Baseline, ...] = ("A", "B", "C")
-"""A: no Joulie (every node performance, Joulie's annotations ignored); B: static_partition;
-C: queue_aware_v1."""
+"""The baselines a run compares by default. A: no Joulie (every node performance, Joulie's
+annotations ignored); B: static_partition; C: queue_aware_v1 (upstream's three)."""
+ALL_BASELINES: tuple[Baseline, ...] = ("A", "B", "C", "D")
+"""Every baseline: also D, class_caps with performance work first in the queue
+(manifests/priority), Joulie's own beyond upstream's."""
 
 
 class RunSpec(BaseModel):

@@ -55,6 +55,29 @@ EMBEDDED_INVENTORIES = {
     "exp03-5k": "03-cluster-nodes-5k.yaml",
 }
 
+
+def _flag(value: object) -> bool:
+    """A yes/no param: a bool, or the words true / false (any case), 1 / 0."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in ("true", "1", "yes"):
+        return True
+    if word in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
+_BASELINE_POLICIES = {
+    "B": PolicyType.STATIC_PARTITION,
+    "C": PolicyType.QUEUE_AWARE_V1,
+    "D": PolicyType.CLASS_CAPS,
+}
+"""The manager's policy in each baseline with Joulie (A has none)."""
+PERFORMANCE_FIRST = frozenset({"D"})
+"""Baselines run with manifests/priority installed (performance work first, preempting
+nothing) unless ``params.performance_first`` says otherwise."""
+
 _POLICY_PARAMS: dict[str, type] = {
     **{parameter.name: parameter.type for parameter in PARAMETERS},
     "reconcile_interval_s": float,
@@ -65,10 +88,11 @@ _INTENT_PARAMS = {
     "gpu_clock_ceiling_pct_of_max": float,
     "performance_cap_watts": float,
 }
-_ENGINE_PARAMS = {
+_ENGINE_PARAMS: dict[str, Callable[[Any], Any]] = {
     "ambient_c": float,
     "sample_s": float,
     "trend_window_s": float,
+    "performance_first": _flag,
 }
 _LIFECYCLE_CONFIG_PARAMS = {
     "lifecycle_idle_grace_s": ("idle_grace_s", float),
@@ -126,7 +150,8 @@ def _params(spec: RunSpec) -> dict[str, Any]:
         try:
             values[key] = PARAMS[key](raw)
         except (TypeError, ValueError):
-            raise ValueError(f"params.{key}: {raw!r} is not a {PARAMS[key].__name__}") from None
+            kind = "bool" if PARAMS[key] is _flag else PARAMS[key].__name__
+            raise ValueError(f"params.{key}: {raw!r} is not a {kind}") from None
     return values
 
 
@@ -168,7 +193,7 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
     policy: PolicyInputs | None = None
     config = IntentConfig()
     if spec.baseline != "A":
-        kind = PolicyType.STATIC_PARTITION if spec.baseline == "B" else PolicyType.QUEUE_AWARE_V1
+        kind = _BASELINE_POLICIES[spec.baseline]
         given = {k: v for k, v in params.items() if k in _POLICY_PARAMS}
         policy = PolicyInputs(
             policy=kind.value,
@@ -182,6 +207,8 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
             governor_control=GovernorControl.ALL if spec.governors else GovernorControl.OFF,
             **{k: v for k, v in params.items() if k in _INTENT_PARAMS},
         )
+    engine = {k: v for k, v in params.items() if k in _ENGINE_PARAMS}
+    engine.setdefault("performance_first", spec.baseline in PERFORMANCE_FIRST)
     limit_h = spec.limit_hours if spec.limit_hours is not None else spec.hours * RUN_LIMIT_FACTOR
     window = None
     if spec.warmup_hours is not None:
@@ -200,7 +227,7 @@ def scenario_of(spec: RunSpec, catalog: Catalog | None = None) -> Scenario:
         limit_s=limit_h * 3600.0,
         lifecycle=lifecycle,
         window=window,
-        **{k: v for k, v in params.items() if k in _ENGINE_PARAMS},
+        **engine,
     )
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from joulie.api.inventory import parse_inventory
 from joulie.api.workload import DisruptionMode
 from joulie.cli import main as cli
 from joulie.core.pod_power import pod_demand
@@ -21,7 +20,7 @@ from joulie.core.twin import PowerHistory, display_value
 from joulie.extender.cache import hardware_view, twin_view
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.simulated import simulated_hardware
-from joulie.sim.engine import Engine, Scenario
+from joulie.sim.engine import Engine
 from joulie.sim.pods import pod_manifest
 from joulie.sim.result_io import results_json
 from joulie.sim.results import RunResult
@@ -29,6 +28,7 @@ from joulie.sim.run_spec import BASELINES, RunSpec
 from joulie.sim.saving import compare
 from joulie.sim.scenario import DEFAULT_POLICY, load_named_inventory, run, scenario_of
 from joulie.sim.trace import Workload
+from tests.support.sim_builders import gpu_job, small_scenario
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "joulie" / "sim" / "data" / "inventories"
 SMALL = RunSpec(inventory="exp02", hours=6.0)
@@ -189,64 +189,11 @@ def test_performance_pods_never_run_on_eco_nodes(
 
 # --- small hand-made clusters ---------------------------------------------------------------
 
-TWO_GPU_NODES = parse_inventory(
-    {
-        "nodes": [
-            {
-                "node_name_prefix": "gpu",
-                "replicas": 2,
-                "vendor": "nvidia",
-                "product": "NVIDIA H100 NVL",
-                "cpu": "AMD EPYC 9654 96-Core Processor",
-                "cpu_sockets": 2,
-                "cpu_cores": 192,
-                "memory_gib": 1536,
-                "gpu_count": 8,
-            }
-        ]
-    }
-)
-
-
-def _scenario(workloads: list[Workload], baseline: str = "A") -> Scenario:
-    base = scenario_of(RunSpec(inventory="exp02", hours=1.0))
-    policy = None if baseline == "A" else DEFAULT_POLICY
-    return Scenario(
-        name="t",
-        baseline=baseline,
-        seed=1,
-        inventory=TWO_GPU_NODES,
-        workloads=workloads,
-        catalog=base.catalog,
-        policy=policy,
-    )
-
-
-def gpu_job(
-    id: str, submit: float, gpus: int, priority: int = 0, pods: int = 1, **kw: object
-) -> Workload:
-    return Workload(
-        id=id,
-        submit_s=submit,
-        work_s=3600.0,
-        pods=pods,
-        min_count=pods,
-        priority=priority,
-        cpu_millis=8000,
-        memory_bytes=64 << 30,
-        gpus=gpus,
-        gpu_resource="nvidia.com/gpu",
-        cpu_sensitivity=0.1,
-        gpu_sensitivity=0.8,
-        gpu_util=0.9,
-        **kw,  # type: ignore[arg-type]
-    )
-
 
 def test_a_higher_priority_gang_preempts_a_whole_all_or_nothing_gang_which_restarts() -> None:
     low = gpu_job("low", 0.0, 8, priority=0, pods=2, disruption=DisruptionMode.ALL)
     high = gpu_job("high", 600.0, 8, priority=100)
-    engine = Engine(_scenario([low, high]))
+    engine = Engine(small_scenario([low, high]))
     result = engine.simulate()
     jobs = {j.workload.id: j for j in engine.run.jobs}
     assert result.preemptions == 1
@@ -266,7 +213,7 @@ def test_a_higher_priority_gang_preempts_a_whole_all_or_nothing_gang_which_resta
 def test_a_workload_that_fits_nowhere_is_reported_not_waited_for() -> None:
     huge = gpu_job("huge", 0.0, 8, pods=3)  # three 8-GPU pods, two nodes
     fine = gpu_job("fine", 0.0, 2)
-    engine = Engine(_scenario([huge, fine]))
+    engine = Engine(small_scenario([huge, fine]))
     result = engine.simulate()
     assert result.unplaceable == 1
     assert result.completed == 1
@@ -277,8 +224,8 @@ def test_a_workload_that_fits_nowhere_is_reported_not_waited_for() -> None:
 def test_an_eco_gpu_node_runs_gpu_work_slower_and_draws_less() -> None:
     # Eight one-GPU jobs fill both nodes; with B one node is eco (GPU caps at 60 %).
     workloads = [gpu_job(f"j{i}", 0.0, 1) for i in range(16)]
-    a = Engine(_scenario(workloads, "A"))
-    b = Engine(_scenario(workloads, "B"))
+    a = Engine(small_scenario(workloads, "A"))
+    b = Engine(small_scenario(workloads, "B"))
     ra, rb = a.simulate(), b.simulate()
     assert b.loop is not None
     assert int(b.loop.eco.sum()) == 1
@@ -290,7 +237,7 @@ def test_an_eco_gpu_node_runs_gpu_work_slower_and_draws_less() -> None:
 
 
 def test_energy_is_at_least_the_idle_draw_over_the_run() -> None:
-    engine = Engine(_scenario([gpu_job("j", 0.0, 4)]))
+    engine = Engine(small_scenario([gpu_job("j", 0.0, 4)]))
     result = engine.simulate()
     idle_kwh = result.idle_it_w * result.simulated_s / 3.6e6
     assert result.it_energy_kwh > idle_kwh
@@ -338,7 +285,7 @@ def test_twin_trends_equal_a_manager_reading_every_node_every_reconcile(
 
 def test_a_run_stopped_at_its_limit_counts_energy_up_to_the_limit() -> None:
     long = [gpu_job("long", 0.0, 8)]
-    scenario = _scenario(long)
+    scenario = small_scenario(long)
     whole = Engine(scenario).simulate()
     half = whole.simulated_s / 2
     result = Engine(replace(scenario, limit_s=half)).simulate()
@@ -370,7 +317,7 @@ def test_a_window_counts_the_energy_and_the_work_inside_it_only() -> None:
     # j1 runs from 0; j2 and j3 arrive at 2 h, after j1 finished, and the window ends while
     # they run.
     jobs = [gpu_job("j1", 0.0, 4), gpu_job("j2", 7200.0, 4), gpu_job("j3", 7260.0, 2)]
-    scenario = _scenario(jobs)
+    scenario = small_scenario(jobs)
     plain = Engine(scenario)
     plain.simulate()
     finished = {j.workload.id: j.finished_at for j in plain.run.jobs}
@@ -397,7 +344,7 @@ def test_a_window_counts_the_energy_and_the_work_inside_it_only() -> None:
 
 def test_a_window_changes_nothing_else_in_the_result() -> None:
     jobs = [gpu_job(f"j{i}", 600.0 * i, 1 + i % 4) for i in range(12)]
-    scenario = _scenario(jobs, "B")
+    scenario = small_scenario(jobs, "B")
     plain = Engine(scenario).simulate()
     assert "window" not in plain.to_dict()
     whole = Engine(replace(scenario, window=(0.0, plain.simulated_s))).simulate()
@@ -409,7 +356,7 @@ def test_a_window_changes_nothing_else_in_the_result() -> None:
 
 
 def test_a_window_past_the_run_s_end_counts_the_cluster_idling_on() -> None:
-    scenario = _scenario([gpu_job("j", 0.0, 4)])
+    scenario = small_scenario([gpu_job("j", 0.0, 4)])
     end = Engine(scenario).simulate().simulated_s
     result = Engine(replace(scenario, window=(0.0, end + 3600.0))).simulate()
     assert result.simulated_s == end
@@ -420,7 +367,7 @@ def test_a_window_past_the_run_s_end_counts_the_cluster_idling_on() -> None:
 
 def test_a_window_must_start_before_it_ends() -> None:
     with pytest.raises(ValueError, match="start < end"):
-        replace(_scenario([]), window=(3600.0, 3600.0))
+        replace(small_scenario([]), window=(3600.0, 3600.0))
 
 
 def test_a_run_with_a_warm_up_gives_byte_identical_results_twice() -> None:

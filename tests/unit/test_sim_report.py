@@ -49,7 +49,7 @@ from joulie.sim.results import (
     WorkloadEnergy,
 )
 from joulie.sim.scenario import DEFAULT_POLICY
-from tests.unit.test_sim_engine import TWO_GPU_NODES, gpu_job
+from tests.support.sim_builders import TWO_GPU_NODES, gpu_job
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
