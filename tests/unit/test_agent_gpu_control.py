@@ -19,6 +19,7 @@ from joulie.agent.gpu.errors import GpuInvalidArgument, GpuNotSupported, GpuUnav
 from joulie.agent.gpu.nvml import NvmlAdapter
 from joulie.api.enums import ControlResult, GpuGovernorPreset
 from joulie.api.nodehardware import GpuBaseline
+from joulie.core.caps import EffectiveCap
 from joulie.hardware.catalog import Catalog
 from tests.support.fake_nvml import (
     FakeNvml,
@@ -125,6 +126,32 @@ def test_no_cap_restores_and_says_nothing_when_nothing_was_changed(
     ctl.apply_cap(gpus, 400, None)
     assert ctl.apply_cap(gpus, None, None).result is R.RESTORED
     assert limits(nvml) == [700_000, 700_000]
+
+
+def test_caps_per_board_go_through_the_same_guarded_write(tree: FakeSysfs, tmp_path: Path) -> None:
+    nvml = normal_node(4)
+    ctl = control(nvml, tree, tmp_path / "state")
+    gpus = found(nvml, tree)
+    ctl.apply_cap(gpus, 400, None)  # every board capped node-wide first
+    caps = [EffectiveCap(300, None), None, EffectiveCap(9_999, None), EffectiveCap(100, None)]
+    notes = ["standard work", "idle", "performance work", "node-level cap: shared by 2 pods"]
+    outcome = ctl.apply_caps(gpus, caps, notes=notes)
+    # Each board its own cap, clamped to the board's range (200-700 W); the board without one
+    # is back at its own limit, recorded before the first write.
+    assert limits(nvml) == [300_000, 700_000, 700_000, 200_000]
+    assert [s.result for s in outcome.settings] == [R.APPLIED, R.RESTORED, R.APPLIED, R.APPLIED]
+    assert outcome.settings[3].detail == "node-level cap: shared by 2 pods"
+    assert set(ctl.baseline.entries()) == {key(nvml, i, "power-limit-mw") for i in (0, 2, 3)}
+    # The same caps again: nothing written, the unchanged board says it is at its own limit.
+    writes = len(nvml.set_calls())
+    again = ctl.apply_caps(gpus, caps, notes=notes)
+    assert len(nvml.set_calls()) == writes
+    assert again.result is R.EQUIVALENT
+    assert again.settings[1].detail == "its own limit; idle"
+    assert ctl.restore_cap(gpus).result is R.RESTORED
+    assert limits(nvml) == [700_000] * 4
+    with pytest.raises(ValueError, match="3 caps for 4 boards"):
+        ctl.apply_caps(gpus, caps[:3])
 
 
 def test_a_limit_that_cannot_be_read_is_not_written(tree: FakeSysfs, tmp_path: Path) -> None:

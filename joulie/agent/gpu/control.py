@@ -2,7 +2,9 @@
 
 :class:`GpuControl` takes the per-GPU cap and the governor preset of a NodeTwin spec and reports
 each as one :class:`~joulie.agent.outcomes.ComponentOutcome` (combined from one setting per
-board), and restores both. A board's limit (:mod:`joulie.agent.gpu.power_limit`) and its clocks
+board), and restores both. Caps are set board by board (:meth:`GpuControl.apply_caps`, one cap
+per board, as the class of each board's pod asks); the node-wide cap is the case where every
+board is given the same intent. A board's limit (:mod:`joulie.agent.gpu.power_limit`) and its clocks
 (:class:`~joulie.agent.gpu.clocks.GpuGovernor`) are written and restored through the agent's one
 guarded write (:mod:`joulie.agent.guarded_write`).
 
@@ -27,6 +29,7 @@ a fresh discovery would not change (a baseline kept for a board that is gone).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import structlog
@@ -37,12 +40,12 @@ from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.clocks import GpuGovernor
 from joulie.agent.gpu.device import GpuDevice, GpuDiscovery
 from joulie.agent.gpu.errors import GpuError, GpuNoPermission, gpu_failure, needs_rediscovery
-from joulie.agent.gpu.power_limit import DEFAULT_TOLERANCE_WATTS, blocked, cap_setting, cap_target
+from joulie.agent.gpu.power_limit import DEFAULT_TOLERANCE_WATTS, blocked, cap_setting
 from joulie.agent.gpu.settings import gpu_key, split_gpu_key
 from joulie.agent.guarded_write import GuardedWriter, Setting
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
 from joulie.api.enums import ControlResult, GpuGovernorPreset
-from joulie.core.caps import effective_cap
+from joulie.core.caps import EffectiveCap, effective_cap
 
 __all__ = ["DEFAULT_TOLERANCE_WATTS", "GpuControl"]
 
@@ -97,22 +100,49 @@ class GpuControl:
     ) -> ComponentOutcome:
         """Cap every board at the spec's per-GPU intent; no intent restores the baseline.
 
-        ``reassert``: write again a limit another writer changed since the agent's write
-        (otherwise ``contended`` and left alone).
+        The node-wide form of :meth:`apply_caps`: one intent, resolved against each board's
+        own range. ``reassert``: write again a limit another writer changed since the agent's
+        write (otherwise ``contended`` and left alone).
         """
         self._begin(discovery)
         if effective_cap(watts, pct_of_max, None) is None:
             restored = self.restore_cap(discovery)
             return restored if restored.result is not None else ComponentOutcome(None, "no cap")
+        caps = [
+            effective_cap(watts, pct_of_max, d.max_watts, d.min_watts) for d in discovery.devices
+        ]
+        return self.apply_caps(discovery, caps, reassert=reassert)
+
+    def apply_caps(
+        self,
+        discovery: GpuDiscovery,
+        caps: Sequence[EffectiveCap | None],
+        *,
+        notes: Sequence[str] | None = None,
+        reassert: bool = False,
+    ) -> ComponentOutcome:
+        """Cap each board at its own cap (``caps`` in discovery order); a board whose cap is
+        None is put back to its baseline (one the agent never changed is reported
+        ``equivalent``). ``notes``: per board, why that cap, added to its outcome's detail.
+        """
+        self._begin(discovery)
+        if len(caps) != discovery.count or (notes is not None and len(notes) != len(caps)):
+            raise ValueError(f"{len(caps)} caps for {discovery.count} boards")
         if not discovery.present:
             return ComponentOutcome(ControlResult.UNSUPPORTED, "no GPUs on this node")
-        return ComponentOutcome.of(
-            [self._cap(d, watts, pct_of_max, reassert) for d in discovery.devices]
-        )
+        settings = []
+        for i, (device, cap) in enumerate(zip(discovery.devices, caps, strict=True)):
+            if cap is None:
+                outcome = self._uncap(discovery, device)
+            else:
+                outcome = self._cap(device, cap, reassert)
+            note = notes[i] if notes is not None else ""
+            if note:
+                outcome = replace(outcome, detail="; ".join(filter(None, (outcome.detail, note))))
+            settings.append(outcome)
+        return ComponentOutcome.of(settings)
 
-    def _cap(
-        self, device: GpuDevice, watts: float | None, pct: float | None, reassert: bool
-    ) -> SettingOutcome:
+    def _cap(self, device: GpuDevice, cap: EffectiveCap, reassert: bool) -> SettingOutcome:
         key = gpu_key(device.board_id, self._limit_setting(device))
         stop = blocked(device)
         if stop is not None:
@@ -123,13 +153,22 @@ class GpuControl:
         if isinstance(reached, SettingOutcome):
             return reached
         limit, setting = reached
-        target = cap_target(limit, device, watts, pct)
-        if target is None:
+        if cap.watts is None:
             return SettingOutcome(key, ControlResult.NOT_APPLIED, detail="no usable cap")
-        outcome = self.writer.apply(setting, str(target), reassert=reassert)
+        outcome = self.writer.apply(setting, str(limit.clamp(cap.watts)), reassert=reassert)
         if outcome.result in _WRITTEN:
             self._refused.discard(device.index)
         return outcome
+
+    def _uncap(self, discovery: GpuDiscovery, device: GpuDevice) -> SettingOutcome:
+        """One board back at its own limit: its baseline restored, if the agent changed it."""
+        key = gpu_key(device.board_id, self._limit_setting(device))
+        if not device.identity_known or key not in self.baseline:
+            return SettingOutcome(key, ControlResult.EQUIVALENT, detail="its own limit")
+        outcomes = self.baseline.restore_with(
+            [key], lambda k, value: self._restore_cap(discovery, k, value), _is_back
+        )
+        return outcomes[key]
 
     def _limit(self, device: GpuDevice, key: str) -> tuple[PowerLimit, Setting] | SettingOutcome:
         """The board's limit and its setting; an outcome when nothing here can set it."""

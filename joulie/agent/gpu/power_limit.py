@@ -1,13 +1,13 @@
 """One GPU board's power limit, in the driver's own unit, as the guarded write sees it.
 
 :func:`cap_setting` gives the :class:`~joulie.agent.guarded_write.Setting` of a board's limit
-(:class:`~joulie.agent.gpu.backend.PowerLimit`, in the unit its backend's driver keeps) and
-:func:`cap_target` the value a per-GPU intent comes to on that board: resolved with the one cap
-resolution (:func:`joulie.core.caps.effective_cap`) against the board's discovered range, then
-clamped into that range in the driver's unit. One tolerance, :data:`DEFAULT_TOLERANCE_WATTS` in
-the driver's unit, decides both whether the limit in force already is the target and whether a
-read-back is drift, so a driver that rounds what it is given neither drifts nor looks changed by
-another writer at the next pass.
+(:class:`~joulie.agent.gpu.backend.PowerLimit`, in the unit its backend's driver keeps); the cap
+written is resolved with the one cap resolution (:func:`joulie.core.caps.effective_cap`) against
+the board's discovered range, then clamped into that range in the driver's unit
+(:meth:`~joulie.agent.gpu.backend.PowerLimit.clamp`). One tolerance,
+:data:`DEFAULT_TOLERANCE_WATTS` in the driver's unit, decides both whether the limit in force
+already is the target and whether a read-back is drift, so a driver that rounds what it is given
+neither drifts nor looks changed by another writer at the next pass.
 
 A board discovery found uncappable (:func:`blocked`) is not touched, so a write the board or the
 kernel has refused is not retried at every reconcile; restoring lets through a board blocked only
@@ -25,9 +25,8 @@ from joulie.agent.gpu.device import GpuDevice, MonitorOnly
 from joulie.agent.gpu.errors import GpuError, GpuLost, gpu_failure, translated
 from joulie.agent.guarded_write import Setting
 from joulie.api.enums import ControlResult
-from joulie.core.caps import effective_cap
 
-__all__ = ["DEFAULT_TOLERANCE_WATTS", "blocked", "cap_setting", "cap_target"]
+__all__ = ["DEFAULT_TOLERANCE_WATTS", "blocked", "cap_setting"]
 
 DEFAULT_TOLERANCE_WATTS = 1.0
 """How far two readings of a limit may be apart and still be the same value (the read-back and
@@ -53,17 +52,6 @@ def blocked(device: GpuDevice, *, restoring: bool = False) -> tuple[ControlResul
     if why is None and device.max_watts is None:
         why = MonitorOnly.NO_RANGE
     return None if why is None else (_BLOCKED[why], f"monitor-only: {why.value}")
-
-
-def cap_target(
-    limit: PowerLimit, device: GpuDevice, watts: float | None, pct: float | None
-) -> int | None:
-    """The native value a per-GPU intent (watts, else percent of the maximum) comes to on this
-    board, clamped into its range; None when the intent holds no usable cap."""
-    cap = effective_cap(watts, pct, device.max_watts, device.min_watts)
-    if cap is None or cap.watts is None:
-        return None
-    return limit.clamp(cap.watts)
 
 
 def cap_setting(
