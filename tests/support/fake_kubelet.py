@@ -1,0 +1,84 @@
+"""A fake kubelet PodResources server: the real v1 protobuf over gRPC on a unix socket, answering
+``List`` from pods a test sets, and misbehaving on demand (hanging, answering too much).
+
+Socket paths are short on purpose: a unix socket path longer than 107 bytes cannot be bound, and
+pytest's ``tmp_path`` gets close to that.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+
+from joulie.agent.kubelet_podresources import api_pb2, api_pb2_grpc
+
+__all__ = ["FakeKubelet", "fake_kubelet", "gpu_pod", "short_socket_dir"]
+
+
+def gpu_pod(
+    name: str,
+    *device_ids: str,
+    namespace: str = "work",
+    resource: str = "nvidia.com/gpu",
+    cpu_ids: Sequence[int] = (),
+) -> api_pb2.PodResources:
+    """A pod with one container holding ``device_ids`` of ``resource`` (and exclusive
+    ``cpu_ids``), as the kubelet lists it."""
+    devices = [api_pb2.ContainerDevices(resource_name=resource, device_ids=list(device_ids))]
+    container = api_pb2.ContainerResources(name="c", devices=devices, cpu_ids=list(cpu_ids))
+    return api_pb2.PodResources(name=name, namespace=namespace, containers=[container])
+
+
+class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
+    """``List`` answers :attr:`pods`; :attr:`hang` makes it wait until released (or the
+    server stops), :attr:`padding` adds that many bytes of junk pods to the answer."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.pods: list[api_pb2.PodResources] = []
+        self.hang = False
+        self.padding = 0
+        self.calls = 0
+        self.released = threading.Event()
+
+    def List(
+        self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> api_pb2.ListPodResourcesResponse:
+        self.calls += 1
+        if self.hang:
+            self.released.wait(30)
+        pods = list(self.pods)
+        if self.padding:
+            junk = api_pb2.ContainerResources(name="x" * self.padding)
+            pods.append(api_pb2.PodResources(name="junk", namespace="junk", containers=[junk]))
+        return api_pb2.ListPodResourcesResponse(pod_resources=pods)
+
+
+@contextmanager
+def short_socket_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="kl-") as path:
+        yield Path(path)
+
+
+@contextmanager
+def fake_kubelet() -> Iterator[FakeKubelet]:
+    """A :class:`FakeKubelet` serving on ``<short temp dir>/kubelet.sock`` until the block
+    ends (a hanging call is released first, so the server stops at once)."""
+    with short_socket_dir() as directory:
+        socket = directory / "kubelet.sock"
+        kubelet = FakeKubelet(socket)
+        server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        api_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix://{socket}")
+        server.start()
+        try:
+            yield kubelet
+        finally:
+            kubelet.released.set()
+            server.stop(grace=None).wait(5)
