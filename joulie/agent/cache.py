@@ -1,12 +1,14 @@
 """The agent's view of the cluster: the nodes it serves, their NodeTwins and their NodeHardware.
-A DaemonSet agent watches only its own node's two objects (:class:`OwnNodeCache`, field-selected
-by name: never a list of the fleet); the pool watches the nodes it serves (:class:`AgentCache`).
+A DaemonSet agent watches only its own node's two objects and the pods bound to its node
+(:class:`OwnNodeCache`, field-selected: never a list of the fleet); the pool watches the nodes it
+serves (:class:`AgentCache`).
 
 Each collection is a slim projection of what the agent reads: a twin's spec (parsed once, a bad
 one reported and treated as absent) and whether the manager still maintains it, plus what this
 agent's field manager owns of the twin's status and of NodeHardware, for change-only writes. A
 change of a twin's spec or of the served nodes queues that node; the agent's own writes and the
-manager's status figures do not.
+manager's status figures do not. For the DaemonSet, a pod arriving, leaving or changing class
+on the node queues a pass too (the class of each GPU board's pod sets that board's cap).
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from joulie.agent.pod_devices import PodKey, pod_workload_class
 from joulie.api import keys
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.twin import UNMANAGED_SOURCE
 from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.ownership import Observed, OwnedObject, observe, owned_projection
-from joulie.kube.projections import SlimNode, node_projection
+from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
 
 log = structlog.get_logger("joulie.agent")
 
@@ -126,8 +129,9 @@ class AgentCache(InformerBundle):
 
 
 class OwnNodeCache(InformerBundle):
-    """The NodeTwin and NodeHardware named after one node. ``on_change()`` is called when the
-    twin's intent changes (its spec, its validity, whether it is still planned)."""
+    """The NodeTwin and NodeHardware named after one node, and the pods bound to it.
+    ``on_change()`` is called when the twin's intent changes (its spec, its validity, whether it
+    is still planned) and when a pod comes, goes, or changes class or phase."""
 
     def __init__(
         self,
@@ -153,7 +157,16 @@ class OwnNodeCache(InformerBundle):
         self.hardware: Informer[OwnedObject] = Informer(
             client, NODEHARDWARES, owned_projection(field_manager), field_selector=own
         )
-        self.informers: list[Informer[Any]] = [self.twins, self.hardware]
+        # Of the annotations only the class is kept: another annotation's change is then no
+        # update at all.
+        self.pods: Informer[SlimPod] = Informer(
+            client,
+            "/api/v1/pods",
+            pod_projection(annotation_keys=(keys.WORKLOAD_CLASS_ANNOTATION,)),
+            field_selector=f"spec.nodeName={node}",
+            idle_timeout=idle_timeout,
+        )
+        self.informers: list[Informer[Any]] = [self.twins, self.hardware, self.pods]
         self.twins.add_handlers(
             Handlers(
                 on_add=self._twin_added,
@@ -161,10 +174,32 @@ class OwnNodeCache(InformerBundle):
                 on_delete=lambda _: on_change(),
             )
         )
+        self.pods.add_handlers(
+            Handlers(
+                on_add=lambda _: on_change(),
+                on_update=self._pod_updated,
+                on_delete=lambda _: on_change(),
+            )
+        )
 
     @property
     def twin(self) -> TwinIntent | None:
         return self.twins.get(self.node)
+
+    def pod_class(self, pod: PodKey) -> str | None:
+        """The workload class of a pod on this node; None when the cache does not hold it."""
+        namespace, name = pod
+        slim = self.pods.get(f"{namespace}/{name}")
+        return pod_workload_class(slim.annotations) if slim is not None else None
+
+    def _pod_updated(self, old: SlimPod, new: SlimPod) -> None:
+        # A pod's devices are allocated when the kubelet admits it: by the time it runs, the
+        # kubelet's answer holds them.
+        if (pod_workload_class(old.annotations), old.phase) != (
+            pod_workload_class(new.annotations),
+            new.phase,
+        ):
+            self._on_change()
 
     async def read_twin(self) -> TwinIntent | None:
         """The twin as the API server holds it now (one GET), not as the watch last said."""

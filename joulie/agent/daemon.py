@@ -5,6 +5,9 @@ A pass runs when the twin's intent changes and once every CONTROL_INTERVAL (whic
 another writer's change, and drift): discovery when due, the spec (or, for a node out of the
 plan, the baseline) put in force, NodeHardware published and controlStatus reported, each write
 only when something changed. The hardware calls run in a worker thread, one pass at a time.
+For a spec with per-class GPU caps, each pass also asks which pod holds which GPU (the kubelet's
+PodResources API) and reads each pod's class from the pods bound to the node; a pod arriving,
+leaving or changing class wakes a pass.
 
 The spec is trusted only while it can be read: when the API server has not confirmed the twin
 watch for SPEC_READ_TIMEOUT (a cut network, an API server down, revoked credentials), the node's
@@ -29,10 +32,12 @@ import structlog
 from joulie.agent import metrics
 from joulie.agent.cache import NODETWINS, OwnNodeCache
 from joulie.agent.host_node import HostNode, Outcomes
+from joulie.agent.pod_devices import GpuWork, PodDevices, read_gpu_work
 from joulie.agent.publisher import publish_hardware
 from joulie.agent.reports import host_control_status
 from joulie.api import keys
 from joulie.api.enums import ControlResult
+from joulie.api.nodetwin import NodeTwinSpec
 from joulie.kube.writes import Writer
 
 log = structlog.get_logger("joulie.agent")
@@ -60,6 +65,7 @@ class DaemonAgent:
         spec_read_timeout_s: float,
         heartbeat_s: float,
         started: float | None = None,
+        pod_devices: PodDevices | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -70,6 +76,10 @@ class DaemonAgent:
         self.control_interval_s = control_interval_s
         self.spec_read_timeout_s = spec_read_timeout_s
         self.heartbeat = timedelta(seconds=heartbeat_s)
+        self.pod_devices = pod_devices
+        """Which pod holds which GPU (the kubelet's PodResources API); None: not known, every
+        board then takes the node-level cap."""
+        self._devices_problem: str | None = None
         self._clock = clock
         self._monotonic = monotonic
         self._started = monotonic() if started is None else started
@@ -122,7 +132,10 @@ class DaemonAgent:
             reassert = now - self._last_reassert >= REASSERT_S
             if reassert:
                 self._last_reassert = now
-            outcomes = await asyncio.to_thread(self.host.enforce, spec, reassert=reassert)
+            work = await self._gpu_work(spec)
+            outcomes = await asyncio.to_thread(
+                self.host.enforce, spec, reassert=reassert, gpu_work=work
+            )
             if spec is None and _restored(outcomes):
                 metrics.RESTORES.labels("unplanned").inc()
             metrics.observe_outcomes(outcomes)
@@ -135,6 +148,26 @@ class DaemonAgent:
             if failures:
                 raise failures[0]
             self.passes += 1
+
+    async def _gpu_work(self, spec: NodeTwinSpec | None) -> GpuWork | None:
+        """Which class of work runs on which GPU board, asked only for a spec with per-class GPU
+        caps; a board whose class cannot be told takes the node-level cap (logged once per
+        reason, and said in the outcome)."""
+        if spec is None or spec.gpu is None or spec.gpu.class_caps is None:
+            return None
+        synced = self.cache.pods.has_synced
+        work = await read_gpu_work(self.pod_devices, self.cache.pod_class if synced else None)
+        if work.unknown != self._devices_problem:
+            if work.unknown is not None:
+                log.warning(
+                    "GPU boards whose work cannot be told take the node-level cap",
+                    node=self.node,
+                    reason=work.unknown,
+                )
+            else:
+                log.info("the work on every GPU board can be told again", node=self.node)
+            self._devices_problem = work.unknown
+        return work
 
     async def _sample(self) -> None:
         metrics.observe_power(await asyncio.to_thread(self.host.sample_power), self.node)

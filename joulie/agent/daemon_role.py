@@ -21,6 +21,7 @@ from joulie.agent.daemon import DaemonAgent
 from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.gpu.nvidia import open_nvml
 from joulie.agent.host_node import HostNode
+from joulie.agent.pod_resources import PodResourcesClient
 from joulie.agent.settings import AgentSettings
 from joulie.agent.sysfs import Sysfs
 from joulie.hardware.catalog import Catalog
@@ -103,6 +104,7 @@ class DaemonRole:
                 spec_read_timeout_s=settings.spec_read_timeout,
                 heartbeat_s=settings.heartbeat_interval,
                 started=started,
+                pod_devices=PodResourcesClient(settings.pod_resources_socket),
             )
             agent_ref.append(agent)
             tasks: list[asyncio.Task[Any]] = cache.start(stopping)

@@ -9,6 +9,9 @@ asks: a spec without the field, a node that left the plan, a spec that cannot be
 Its calls block (sysfs reads and writes, NVML calls that can hang on a failing board); the role
 runs them in a worker thread, one at a time, so no two passes interleave writes.
 
+With ``spec.gpu.classCaps`` the GPU cap is set board by board
+(:mod:`joulie.agent.board_intents`), from the work the caller says runs on each board.
+
 Per component it reports one :class:`~joulie.agent.outcomes.ComponentOutcome`, keyed as in
 NodeTwin ``controlStatus``. An intent already in force reads back ``equivalent`` on every later
 pass; while the intent has not changed since the pass that wrote it, the outcome that pass
@@ -27,6 +30,7 @@ from typing import Any
 import structlog
 
 from joulie.agent.baseline import Baseline
+from joulie.agent.board_intents import board_intents
 from joulie.agent.cpu_control import CPU_PREFIX, CpuControl
 from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_locks
 from joulie.agent.gpu.backends import GpuBackends
@@ -36,6 +40,7 @@ from joulie.agent.gpu.discovery import discover_gpus
 from joulie.agent.hardware_status import node_hardware_status
 from joulie.agent.host_power import PowerReading, PowerSampler
 from joulie.agent.outcomes import ComponentOutcome
+from joulie.agent.pod_devices import GpuWork
 from joulie.agent.sysfs import Sysfs
 from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
@@ -50,7 +55,12 @@ CPU_CAP, CPU_GOVERNOR, GPU_CAP, GPU_GOVERNOR = "cpu", "cpuGovernor", "gpu", "gpu
 
 Outcomes = dict[str, ComponentOutcome]
 
-_IN_FORCE = (ControlResult.APPLIED, ControlResult.APPLIED_UNVERIFIED)
+NO_WORK = "no pod-to-device answer"
+"""Why boards take the node-level cap when the caller passed no :class:`GpuWork`."""
+
+_IN_FORCE = (ControlResult.APPLIED, ControlResult.APPLIED_UNVERIFIED, ControlResult.RESTORED)
+"""Results that stand while the intent is unchanged and later passes read ``equivalent`` (with
+per-board caps a board can be restored while the others stay capped)."""
 
 
 class HostNode:
@@ -127,11 +137,19 @@ class HostNode:
 
     # -- enforcement --------------------------------------------------------------------------
 
-    def enforce(self, spec: NodeTwinSpec | None, *, reassert: bool = False) -> Outcomes:
+    def enforce(
+        self,
+        spec: NodeTwinSpec | None,
+        *,
+        reassert: bool = False,
+        gpu_work: GpuWork | None = None,
+    ) -> Outcomes:
         """Put ``spec`` in force; None (the node is not planned) restores everything.
 
         ``reassert``: write again settings another writer changed since the agent's write
-        (otherwise reported ``contended`` and left alone).
+        (otherwise reported ``contended`` and left alone). ``gpu_work``: which class of work
+        runs on which board, read only when the spec has per-class GPU caps (without it every
+        board then takes the node-level cap).
         """
         if spec is None:
             return self.restore_all()
@@ -141,14 +159,11 @@ class HostNode:
             watts = cpu_spec.package_power_cap_watts if cpu_spec else None
             pct = cpu_spec.package_power_cap_pct_of_max if cpu_spec else None
             cpu_gov = cpu_spec.governor if cpu_spec else None
-            cap = gpu_spec.power_cap if gpu_spec else None
             gpu_gov = gpu_spec.governor if gpu_spec else None
             preset = cpu_gov.preset if cpu_gov else None
             boost = cpu_gov.boost if cpu_gov else None
             gpu_preset = gpu_gov.preset if gpu_gov else None
             ceiling = gpu_gov.compute_clock_ceiling_pct_of_max if gpu_gov else None
-            gpu_watts = cap.cap_watts_per_gpu if cap else None
-            gpu_pct = cap.cap_pct_of_max if cap else None
             policies = [p.path for p in cpu.policies]
             steps: dict[str, tuple[Any, Callable[[], ComponentOutcome]]] = {
                 CPU_CAP: (
@@ -168,10 +183,7 @@ class HostNode:
                         reassert=reassert,
                     ),
                 ),
-                GPU_CAP: (
-                    (gpu_watts, gpu_pct),
-                    lambda: self.gpu_control.apply_cap(gpu, gpu_watts, gpu_pct, reassert=reassert),
-                ),
+                GPU_CAP: self._gpu_cap_step(spec, gpu, gpu_work, reassert),
                 GPU_GOVERNOR: (
                     (gpu_preset, ceiling, self.governor_writes),
                     lambda: self.gpu_control.apply_preset(
@@ -185,6 +197,28 @@ class HostNode:
             }
             self._after(outcomes)
             return outcomes
+
+    def _gpu_cap_step(
+        self,
+        spec: NodeTwinSpec,
+        gpu: GpuDiscovery,
+        work: GpuWork | None,
+        reassert: bool,
+    ) -> tuple[Any, Callable[[], ComponentOutcome]]:
+        """The GPU cap's intent and step: one cap for every board, or with ``classCaps`` a cap
+        per board by the class of its pod. The per-board intent holds each board's class, cap
+        and reason, so a pod of another class on a board is one change, applied once."""
+        cap = spec.gpu.power_cap if spec.gpu else None
+        watts = cap.cap_watts_per_gpu if cap else None
+        pct = cap.cap_pct_of_max if cap else None
+        if spec.gpu is None or spec.gpu.class_caps is None:
+            return (watts, pct), lambda: self.gpu_control.apply_cap(
+                gpu, watts, pct, reassert=reassert
+            )
+        boards = board_intents(spec, gpu.devices, work or GpuWork.unavailable(NO_WORK))
+        return boards, lambda: self.gpu_control.apply_caps(
+            gpu, [b.cap for b in boards], notes=[b.note for b in boards], reassert=reassert
+        )
 
     def restore_all(self) -> Outcomes:
         """Put every setting the agent changed back to its baseline: CPU caps, cpufreq, then the

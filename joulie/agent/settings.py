@@ -84,6 +84,10 @@ class AgentSettings(EnvSettings):
     """daemonset mode: when the node's NodeTwin cannot be read from the API server for this
     long, the agent restores the node's own settings rather than enforce a spec that may have
     been withdrawn meanwhile."""
+    pod_resources_socket: AbsolutePath = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    """daemonset mode: the kubelet's PodResources socket, which says which GPU each pod holds
+    (the DaemonSet mounts its directory). Read only for a NodeTwin with per-class GPU caps;
+    while it cannot be read, every board takes the node-level cap."""
     simulate_only: bool = False
     """Dry run: discover, compute and report what would be written, write nothing to hardware."""
 

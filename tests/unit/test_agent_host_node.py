@@ -8,55 +8,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from joulie.agent.baseline import BOOT_ID_PATH, Baseline
-from joulie.agent.gpu.backends import GpuBackends
 from joulie.agent.host_node import (
     CPU_CAP,
     CPU_GOVERNOR,
     GPU_CAP,
     GPU_GOVERNOR,
-    HostNode,
     cpu_governor_baseline,
 )
 from joulie.agent.outcomes import ComponentOutcome
 from joulie.agent.reports import OWN_SETTING, host_control_status
 from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
-from joulie.hardware.catalog import Catalog
-from tests.support.fake_nvml import FakeNvml, normal_node
-from tests.support.fake_sysfs import FakeSysfs
-from tests.support.sysfs_trees import intel_xeon_8260
+from tests.support.fake_nvml import normal_node
+from tests.support.host_nodes import host_node, host_tree
 
 R = ControlResult
 LIMIT0 = "/sys/class/powercap/intel-rapl:0/constraint_0_power_limit_uw"
 LIMIT1 = "/sys/class/powercap/intel-rapl:1/constraint_0_power_limit_uw"
 EPP0 = "/sys/devices/system/cpu/cpufreq/policy0/energy_performance_preference"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-def tree(root: Path) -> FakeSysfs:
-    fake = intel_xeon_8260(root / "root")
-    fake.put(BOOT_ID_PATH, "11111111-2222-3333-4444-555555555555")
-    return fake
-
-
-def host(
-    fake: FakeSysfs,
-    state: Path,
-    *,
-    nvml: FakeNvml | None = None,
-    dry_run: bool = False,
-    governor_writes: bool = True,
-) -> HostNode:
-    return HostNode(
-        fake,
-        Baseline.load(state, fake),
-        Catalog.load(),
-        gpus=GpuBackends.of(fake, nvml),
-        dry_run=dry_run,
-        governor_writes=governor_writes,
-        discovery_interval_s=600,
-    )
 
 
 def eco(**gpu: Any) -> NodeTwinSpec:
@@ -75,9 +45,9 @@ def results(outcomes: dict[str, ComponentOutcome]) -> dict[str, ControlResult | 
 
 
 def test_an_eco_spec_is_put_in_force_and_later_passes_write_nothing(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
+    fake = host_tree(tmp_path)
     original = fake.read(LIMIT0)
-    node = host(fake, tmp_path / "state")
+    node = host_node(fake, tmp_path / "state")
     first = node.enforce(eco())
     assert results(first) == {
         CPU_CAP: R.APPLIED,
@@ -98,9 +68,9 @@ def test_an_eco_spec_is_put_in_force_and_later_passes_write_nothing(tmp_path: Pa
 
 
 def test_a_node_out_of_the_plan_is_restored_once(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
+    fake = host_tree(tmp_path)
     before = {p: fake.read(p) for p in (LIMIT0, LIMIT1, EPP0)}
-    node = host(fake, tmp_path / "state")
+    node = host_node(fake, tmp_path / "state")
     node.enforce(eco())
     restored = node.enforce(None)
     assert results(restored)[CPU_CAP] is R.RESTORED
@@ -114,9 +84,9 @@ def test_a_node_out_of_the_plan_is_restored_once(tmp_path: Path) -> None:
 
 
 def test_governor_writes_off_leaves_the_governor_alone(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
+    fake = host_tree(tmp_path)
     epp = fake.read(EPP0)
-    node = host(fake, tmp_path / "state", governor_writes=False)
+    node = host_node(fake, tmp_path / "state", governor_writes=False)
     outcome = node.enforce(eco())
     assert results(outcome)[CPU_GOVERNOR] is R.DISABLED
     assert results(outcome)[CPU_CAP] is R.APPLIED
@@ -124,8 +94,8 @@ def test_governor_writes_off_leaves_the_governor_alone(tmp_path: Path) -> None:
 
 
 def test_simulate_only_computes_and_writes_nothing(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
-    node = host(fake, tmp_path / "state", dry_run=True)
+    fake = host_tree(tmp_path)
+    node = host_node(fake, tmp_path / "state", dry_run=True)
     outcome = node.enforce(eco())
     assert results(outcome)[CPU_CAP] is R.NOT_APPLIED
     assert "dry run" in outcome[CPU_CAP].message
@@ -134,10 +104,10 @@ def test_simulate_only_computes_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_gpu_caps_are_recorded_applied_and_restored(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
+    fake = host_tree(tmp_path)
     nvml = normal_node()
     limits = [g.limit_mw for g in nvml.gpus]
-    node = host(fake, tmp_path / "state", nvml=nvml)
+    node = host_node(fake, tmp_path / "state", nvml=nvml)
     outcome = node.enforce(eco(powerCap={"scope": "perGpu", "capWattsPerGpu": 200}))
     assert results(outcome)[GPU_CAP] is R.APPLIED, outcome[GPU_CAP].message
     assert [g.limit_mw for g in nvml.gpus] == [200_000] * len(nvml.gpus)
@@ -147,8 +117,8 @@ def test_gpu_caps_are_recorded_applied_and_restored(tmp_path: Path) -> None:
 
 
 def test_nodehardware_shows_the_baseline_and_the_preset_result(tmp_path: Path) -> None:
-    fake = tree(tmp_path)
-    node = host(fake, tmp_path / "state")
+    fake = host_tree(tmp_path)
+    node = host_node(fake, tmp_path / "state")
     node.enforce(eco())
     status = node.hardware_status()
     governor = status["cpu"]["governor"]

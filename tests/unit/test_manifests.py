@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,23 @@ def test_only_the_agent_daemonset_runs_as_root_and_without_privilege() -> None:
             assert paths[mounts[env["STATE_DIR"]]] == env["STATE_DIR"]
         else:
             assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_the_agent_daemonset_reads_the_kubelets_pod_resources_directory() -> None:
+    (daemonset,) = [w for w in workloads() if w["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    socket = {e["name"]: e.get("value") for e in container["env"]}["POD_RESOURCES_SOCKET"]
+    directory = posixpath.dirname(socket)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    # The directory, not the socket: the kubelet recreates its socket when it restarts, and a
+    # mount of the file would keep the dead one.
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    # It watches its node's pods for their classes, and may change none.
+    pods = [r for r in rules("joulie-agent") if "pods" in r["resources"]]
+    assert [set(r["verbs"]) for r in pods] == [{"list", "watch"}]
 
 
 def test_scheduler_config_example_points_at_the_extender_service() -> None:
