@@ -41,7 +41,7 @@ class BoardIntent:
     """None: the board runs at its own limit (the baseline is put back)."""
     note: str
     """What the outcome's detail says of the choice (``standard work``, ``idle``,
-    ``node-level cap: shared by 2 pods``)."""
+    ``node-level cap: shared by several pods``)."""
 
 
 def board_intents(

@@ -153,7 +153,9 @@ def gpu_work(
         if any(c == WorkloadClass.PERFORMANCE.value for c in known.values()):
             performance.add(board)
         if len(pods) > 1:
-            unattributable[board] = f"shared by {len(pods)} pods"
+            # Not how many: pods come and go on a time-sliced board, and each count would be
+            # another controlStatus message to write.
+            unattributable[board] = "shared by several pods"
         elif None in known.values():
             unattributable[board] = "its pod is not in the agent's pod cache yet"
         else:

@@ -181,7 +181,7 @@ async def test_boards_shared_by_several_pods_take_the_node_level_cap_and_say_why
     # runs there, so never below the performance intent. Idle boards: no idle intent in this
     # spec, so the node-level cap as well.
     assert node.limits() == [NODE_W * 1000, DEFAULT_MW, NODE_W * 1000, NODE_W * 1000]
-    assert "node-level cap: shared by 2 pods" in outcome[GPU_CAP].message
+    assert "node-level cap: shared by several pods" in outcome[GPU_CAP].message
 
 
 @pytest.mark.asyncio

@@ -134,13 +134,13 @@ def test_caps_per_board_go_through_the_same_guarded_write(tree: FakeSysfs, tmp_p
     gpus = found(nvml, tree)
     ctl.apply_cap(gpus, 400, None)  # every board capped node-wide first
     caps = [EffectiveCap(300, None), None, EffectiveCap(9_999, None), EffectiveCap(100, None)]
-    notes = ["standard work", "idle", "performance work", "node-level cap: shared by 2 pods"]
+    notes = ["standard work", "idle", "performance work", "node-level cap: shared by several pods"]
     outcome = ctl.apply_caps(gpus, caps, notes=notes)
     # Each board its own cap, clamped to the board's range (200-700 W); the board without one
     # is back at its own limit, recorded before the first write.
     assert limits(nvml) == [300_000, 700_000, 700_000, 200_000]
     assert [s.result for s in outcome.settings] == [R.APPLIED, R.RESTORED, R.APPLIED, R.APPLIED]
-    assert outcome.settings[3].detail == "node-level cap: shared by 2 pods"
+    assert outcome.settings[3].detail == "node-level cap: shared by several pods"
     assert set(ctl.baseline.entries()) == {key(nvml, i, "power-limit-mw") for i in (0, 2, 3)}
     # The same caps again: nothing written, the unchanged board says it is at its own limit.
     writes = len(nvml.set_calls())

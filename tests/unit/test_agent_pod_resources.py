@@ -54,7 +54,7 @@ def test_replicas_of_one_board_held_by_several_pods_make_it_unattributable() -> 
         {("work", "train"): (f"{GPU0}::0",), ("work", "batch"): (f"{GPU0}::1",)}, classes
     )
     assert work.classes == {}
-    assert work.unattributable == {GPU0: "shared by 2 pods"}
+    assert work.unattributable == {GPU0: "shared by several pods"}
     # Performance work is on it all the same: the board must not drop below that intent.
     assert work.performance == {GPU0}
 
