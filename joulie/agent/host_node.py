@@ -15,7 +15,8 @@ With ``spec.gpu.classCaps`` the GPU cap is set board by board
 Per component it reports one :class:`~joulie.agent.outcomes.ComponentOutcome`, keyed as in
 NodeTwin ``controlStatus``. An intent already in force reads back ``equivalent`` on every later
 pass; while the intent has not changed since the pass that wrote it, the outcome that pass
-reported (``applied``) stands, so controlStatus does not flip, and cost a write, for nothing.
+reported (``applied``; ``restored`` for a GPU board put back while others stay capped) stands,
+so controlStatus does not flip, and cost a write, for nothing.
 """
 
 from __future__ import annotations
