@@ -37,27 +37,47 @@ def gpu_pod(
 
 class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
     """``List`` answers :attr:`pods`; :attr:`hang` makes it wait until released (or the
-    server stops), :attr:`padding` adds that many bytes of junk pods to the answer."""
+    server stops), :attr:`padding` adds that many bytes of junk pods to the answer, and
+    :attr:`garbage` is sent instead of any answer (bytes that are no ListPodResourcesResponse)."""
 
     def __init__(self, socket: Path) -> None:
         self.socket = socket
         self.pods: list[api_pb2.PodResources] = []
         self.hang = False
         self.padding = 0
+        self.garbage: bytes | None = None
         self.calls = 0
         self.released = threading.Event()
 
     def List(
         self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
-    ) -> api_pb2.ListPodResourcesResponse:
+    ) -> api_pb2.ListPodResourcesResponse | bytes:
         self.calls += 1
         if self.hang:
             self.released.wait(30)
+        if self.garbage is not None:
+            return self.garbage
         pods = list(self.pods)
         if self.padding:
             junk = api_pb2.ContainerResources(name="x" * self.padding)
             pods.append(api_pb2.PodResources(name="junk", namespace="junk", containers=[junk]))
         return api_pb2.ListPodResourcesResponse(pod_resources=pods)
+
+
+def _serialized(answer: api_pb2.ListPodResourcesResponse | bytes) -> bytes:
+    return answer if isinstance(answer, bytes) else answer.SerializeToString()
+
+
+def _handlers(kubelet: FakeKubelet) -> grpc.GenericRpcHandler:
+    """The service as the generated code registers it, but for an answer that may be raw
+    bytes (:attr:`FakeKubelet.garbage`)."""
+    service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"].full_name
+    list_handler = grpc.unary_unary_rpc_method_handler(
+        kubelet.List,
+        request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+        response_serializer=_serialized,
+    )
+    return grpc.method_handlers_generic_handler(service, {"List": list_handler})
 
 
 @contextmanager
@@ -74,7 +94,7 @@ def fake_kubelet() -> Iterator[FakeKubelet]:
         socket = directory / "kubelet.sock"
         kubelet = FakeKubelet(socket)
         server = grpc.server(ThreadPoolExecutor(max_workers=4))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((_handlers(kubelet),))
         server.add_insecure_port(f"unix://{socket}")
         server.start()
         try:

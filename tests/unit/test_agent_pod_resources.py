@@ -153,6 +153,21 @@ async def test_an_answer_larger_than_the_limit_is_refused_with_a_stable_reason()
 
 
 @pytest.mark.asyncio
+async def test_an_answer_that_is_no_protobuf_or_holds_bad_ids_is_not_trusted() -> None:
+    with fake_kubelet() as kubelet:
+        client = PodResourcesClient(str(kubelet.socket))
+        kubelet.garbage = b"\xff" * 64
+        with pytest.raises(PodDevicesUnavailable) as raised:
+            await client.devices()
+        assert str(raised.value) == "the kubelet's PodResources List failed (INTERNAL)"
+        kubelet.garbage = None
+        kubelet.pods = [gpu_pod("batch", "GPU-x" * 100, "GPU-<script>", GPU1)]
+        work = await read_gpu_work(client, classes)
+    assert work.classes == {GPU1: "standard"}
+    assert work.unknown == "invalid device IDs were ignored"
+
+
+@pytest.mark.asyncio
 async def test_a_missing_socket_or_a_dead_one_says_so() -> None:
     with short_socket_dir() as directory:
         socket = directory / "kubelet.sock"
