@@ -354,9 +354,14 @@ class Cluster:
             job.remaining_s = max(0.0, job.remaining_s - job.speed * (t - job.since))
         job.since = t
         fleet = self.fleet
+        controls, rules = self.controls, self.board_rules
         speed = min(
             pod_speed(
-                workload, fleet.model(n).power, self.steady[n], self._pod_controls(n, workload)
+                workload,
+                fleet.model(n).power,
+                self.steady[n],
+                # A pod's boards run under its own class's cap where the node caps by class.
+                controls[n] if (rule := rules[n]) is None else rule.controls_for(workload),
             )
             for n in job.nodes
         )
@@ -366,11 +371,6 @@ class Cluster:
         job.version += 1
         finish = t + job.remaining_s / speed if speed > 0.0 else math.inf
         heapq.heappush(self.completions, (finish, job.index, job.version))
-
-    def _pod_controls(self, node: int, workload: Workload) -> Controls:
-        """The controls a pod of ``workload``'s boards run under on ``node``."""
-        rule = self.board_rules[node]
-        return self.controls[node] if rule is None else rule.controls_for(workload)
 
     def start(self, job: Job, nodes: list[int], t: float) -> None:
         """Run ``job``'s pods on ``nodes`` (one entry per pod) from ``t``."""
