@@ -7,10 +7,16 @@ Caps go through the one cap resolution (:mod:`joulie.core.caps`), so the request
 the cap the twin budgets with. The units differ on the two sides: NodeTwin's CPU watts are per
 package, the contract's ``cpu.capWatts`` is node-wide (all sockets), so the per-package cap is
 multiplied by the node's sockets here, once.
+
+A request may also cap GPU boards one by one, by board ID (``gpu.boardCaps``: the class of each
+board's pod sets its cap). :func:`apply_control` puts those in ``Controls.gpu_board_caps_w`` in
+board order, given the node's board IDs; a request without them leaves the per-board caps as
+they are, so every caller that sends none behaves as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +24,9 @@ from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import (
     AppliedControls,
+    BoardCap,
+    BoardControl,
+    BoardOutcome,
     ControlRequest,
     ControlResponse,
     CpuControl,
@@ -26,7 +35,8 @@ from joulie.api.telemetry import (
     Outcome,
 )
 from joulie.core.caps import EffectiveCap, spec_caps
-from joulie.core.power_model import Controls, NodePowerSpec
+from joulie.core.control import combine_results
+from joulie.core.power_model import Controls, GpuPowerSpec, NodePowerSpec
 
 __all__ = ["applied", "apply_control", "control_request", "controls_in_force"]
 
@@ -79,13 +89,18 @@ def _preset_fields(preset: object | None) -> dict[str, Any]:
 
 
 def apply_control(
-    name: str, spec: NodePowerSpec, controls: Controls, request: ControlRequest
+    name: str,
+    spec: NodePowerSpec,
+    controls: Controls,
+    request: ControlRequest,
+    board_ids: Sequence[str] = (),
 ) -> tuple[Controls, ControlResponse]:
     """The controls of a node after ``request``, and the answer to it: caps clamped into the
     device range as the hardware would, presets set or cleared, GPU requests on a node without
-    GPUs answered unsupported. The KWOK service and the standalone engine both apply control
+    GPUs answered unsupported. ``board_ids``: the node's GPU boards' IDs in board order, which
+    per-board caps name. The KWOK service and the standalone engine both apply control
     through here."""
-    response = ControlResponse(node=name, controls=applied(controls))
+    response = ControlResponse(node=name, controls=applied(controls, board_ids))
     cpu_max = spec.cpu.max_w * spec.cpu.sockets
     cpu_min = spec.cpu.min_cap_w * spec.cpu.sockets
     if request.cpu is not None:
@@ -116,7 +131,12 @@ def apply_control(
         g = request.gpu
         if gpu is None:
             note = "this node has no GPU"
-            if g.clear_cap or g.cap_watts_per_gpu is not None or g.cap_pct_of_max is not None:
+            if (
+                g.clear_cap
+                or g.cap_watts_per_gpu is not None
+                or g.cap_pct_of_max is not None
+                or g.board_caps
+            ):
                 response.gpu_cap = Outcome(result=ControlResult.UNSUPPORTED, message=note)
             if g.clear_preset or g.preset is not None:
                 response.gpu_governor = Outcome(result=ControlResult.UNSUPPORTED, message=note)
@@ -145,17 +165,76 @@ def apply_control(
                 response.gpu_governor = Outcome(
                     result=ControlResult.APPLIED, message=f"preset {g.preset.value}"
                 )
-    response.controls = applied(controls)
+            if g.board_caps is not None:
+                controls = _apply_board_caps(controls, gpu, g.board_caps, board_ids, response)
+    response.controls = applied(controls, board_ids)
     return controls, response
 
 
-def applied(controls: Controls) -> AppliedControls:
+def _apply_board_caps(
+    controls: Controls,
+    gpu: GpuPowerSpec,
+    caps: Sequence[BoardCap],
+    board_ids: Sequence[str],
+    response: ControlResponse,
+) -> Controls:
+    """Per-board caps in board order, each clamped as the node-level cap is; a board the request
+    does not name takes the node-level cap in force, a name that is no board of the node is
+    answered not-applied. An empty list removes every per-board cap."""
+    if not caps:
+        response.gpu_boards = []
+        response.gpu_cap = Outcome(result=ControlResult.APPLIED, message="per-board caps removed")
+        return replace(controls, gpu_board_caps_w=())
+    wanted = {cap.board: cap for cap in caps}
+    per_board: list[float | None] = []
+    outcomes: list[BoardOutcome] = []
+    for index in range(gpu.count):
+        board = board_ids[index] if index < len(board_ids) else None
+        cap = wanted.pop(board, None) if board is not None else None
+        if cap is None:
+            per_board.append(controls.gpu_cap_w)
+            continue
+        watts = cap.cap_watts
+        if watts is None and cap.cap_pct_of_max is not None:
+            watts = gpu.max_w * cap.cap_pct_of_max / 100
+        if watts is None:
+            per_board.append(None)
+            message = "uncapped"
+        else:
+            capped = min(max(watts, gpu.min_cap_w), gpu.max_w)
+            per_board.append(capped)
+            message = _clamp_note(watts, capped, "GPU cap")
+        outcomes.append(
+            BoardOutcome(board=cap.board, result=ControlResult.APPLIED, message=message)
+        )
+    for board in wanted:
+        outcomes.append(
+            BoardOutcome(
+                board=board, result=ControlResult.NOT_APPLIED, message="no such board on this node"
+            )
+        )
+    response.gpu_boards = outcomes
+    result = combine_results(o.result for o in outcomes) or ControlResult.APPLIED
+    response.gpu_cap = Outcome(result=result, message=f"caps on {len(caps)} boards by ID")
+    return replace(controls, gpu_board_caps_w=tuple(per_board))
+
+
+def applied(controls: Controls, board_ids: Sequence[str] = ()) -> AppliedControls:
+    """The controls in the contract's terms; each per-board cap named by its board's ID (by its
+    index where the ID is not known)."""
+    boards = None
+    if controls.gpu_board_caps_w:
+        boards = [
+            BoardControl(board=board_ids[i] if i < len(board_ids) else str(i), cap_watts=cap)
+            for i, cap in enumerate(controls.gpu_board_caps_w)
+        ]
     return AppliedControls(
         cpu_cap_watts=controls.cpu_cap_w,
         cpu_preset=controls.cpu_preset,
         gpu_cap_watts_per_gpu=controls.gpu_cap_w,
         gpu_preset=controls.gpu_preset,
         gpu_clock_ceiling_pct_of_max=controls.gpu_clock_ceiling_pct,
+        gpu_boards=boards,
     )
 
 

@@ -4,13 +4,21 @@ No I/O here: the service feeds node and pod changes in and asks for telemetry at
 passes. A node's load changes only at the moments its pods change, and before each change the
 node is advanced to that moment with the load it had, so energy is integrated piecewise exactly
 and the same sequence of events gives the same numbers however fast the wall clock runs.
+
+Each GPU board of a node has a stable ID (:func:`board_ids`) and is held by at most one pod:
+a pod that starts takes free boards, keeps them while it runs, and frees them when it goes
+(:func:`assign_boards`). The board a pod holds is the one whose power follows the pod's work and
+whose cap it runs under, and the telemetry says which pod holds which boards, as the kubelet's
+PodResources API says on a real node: the pool agent caps KWOK nodes' boards by the class of
+their pods with the same code as the DaemonSet agent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import structlog
@@ -22,6 +30,7 @@ from joulie.api.telemetry import (
     ControlResponse,
     EnergyCounters,
     HardwareSummary,
+    PodDevices,
     PowerReading,
     Speed,
     TelemetryReport,
@@ -46,6 +55,9 @@ from joulie.hardware.recognition import hardware_view
 from joulie.kube.projections import SlimNode, SlimPod
 
 log = structlog.get_logger("joulie.simulator")
+
+PodKey = tuple[str, str]
+"""(namespace, name), as PodResources names a pod."""
 
 
 def _memory_bytes(node: SlimNode) -> float:
@@ -124,6 +136,52 @@ def node_load(pods: Iterable[SlimPod], cores: float, gpu_count: int) -> Load:
     return load_of(map(pod_load, pods), cores, gpu_count)
 
 
+def board_ids(node: str, count: int) -> tuple[str, ...]:
+    """The IDs of a node's simulated GPU boards in board order, shaped as NVIDIA's
+    (``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``): a hash of the node's name and the board's
+    index, so a board keeps its ID across restarts of the service and no two nodes share one."""
+    ids = []
+    for index in range(count):
+        h = hashlib.blake2b(f"{node}/{index}".encode(), digest_size=16).hexdigest()
+        ids.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return tuple(ids)
+
+
+def assign_boards(
+    holders: Sequence[PodKey | None], wants: Sequence[tuple[PodKey, int]], count: int
+) -> tuple[PodKey | None, ...]:
+    """Which pod holds each of ``count`` boards once the running pods are ``wants`` (each pod
+    and the boards it asks for), given who held them before: a pod keeps the boards it held (as
+    many as it asks for), a board whose pod is gone is free again, and a pod short of boards
+    takes the lowest free ones, in the order of ``wants``, while any are free. Never two pods on
+    one board."""
+    asked = {pod: gpus for pod, gpus in wants if gpus > 0}
+    kept: list[PodKey | None] = [None] * count
+    held: dict[PodKey, int] = {}
+    for index, pod in enumerate(holders[:count]):
+        if pod is not None and held.get(pod, 0) < asked.get(pod, 0):
+            kept[index] = pod
+            held[pod] = held.get(pod, 0) + 1
+    free = (i for i in range(count) if kept[i] is None)
+    for pod, gpus in wants:
+        for _ in range(max(gpus - held.get(pod, 0), 0)):
+            board = next(free, None)
+            if board is None:
+                return tuple(kept)
+            kept[board] = pod
+        held[pod] = max(gpus, held.get(pod, 0))
+    return tuple(kept)
+
+
+def boards_of(holders: Sequence[PodKey | None]) -> dict[PodKey, list[int]]:
+    """Each pod's boards (indices, ascending)."""
+    out: dict[PodKey, list[int]] = {}
+    for index, pod in enumerate(holders):
+        if pod is not None:
+            out.setdefault(pod, []).append(index)
+    return out
+
+
 @dataclass
 class SimNode:
     name: str
@@ -139,6 +197,10 @@ class SimNode:
     uses: tuple[PodUse, ...] = ()
     """The running pods' uses of the node, with the power each truly draws above idle: the
     ground truth of who used its energy (see :meth:`Simulation.workload_energy`)."""
+    board_ids: tuple[str, ...] = ()
+    """Its GPU boards' IDs in board order."""
+    holders: tuple[PodKey | None, ...] = ()
+    """The pod holding each board (None: free)."""
 
 
 class UnknownNode(KeyError):
@@ -168,11 +230,18 @@ class Simulation:
         checked against)."""
         self.overhead_energy = 0.0
         """Joules no pod drew: idle capacity nobody asked for."""
+        self.control_requests = 0
+        """Control requests answered."""
+        self.control_changes = 0
+        """Control requests that changed a node's controls."""
 
     # --- changes -------------------------------------------------------------------------
 
     def upsert_node(self, node: SlimNode, t: float) -> None:
         spec, hardware = node_spec(node, self._catalog, self._gpu_product_label_keys)
+        ids = board_ids(node.name, hardware.gpu_count)
+        if ids:
+            hardware = hardware.model_copy(update={"gpu_ids": list(ids)})
         current = self.nodes.get(node.name)
         if current is None:
             sim = SimNode(
@@ -180,11 +249,13 @@ class Simulation:
             )
             sim.rack = node.labels.get(keys.RACK_LABEL) or None
             sim.memory_bytes = _memory_bytes(node)
+            sim.board_ids = ids
             self.nodes[node.name] = sim
             self._reload(sim, t)
             return
         self._advance(current, t)
         current.spec, current.hardware, current.cores = spec, hardware, _cores(node)
+        current.board_ids = ids
         current.rack = node.labels.get(keys.RACK_LABEL) or None
         current.memory_bytes = _memory_bytes(node)
         self._reload(current, t)
@@ -199,18 +270,41 @@ class Simulation:
             self._advance(sim, t)
             self._reload(sim, t)
 
+    def _pods(self, name: str) -> list[SlimPod]:
+        """The node's running pods in a fixed order (the informer's is a set's)."""
+        return sorted(self._pods_of(name), key=lambda p: (p.namespace, p.name))
+
     def _reload(self, sim: SimNode, t: float) -> None:
         del t  # the node was advanced to t already; the new load applies from here on
-        pods = list(self._pods_of(sim.name))
+        pods = self._pods(sim.name)
         loads = [pod_load(p) for p in pods]
-        sim.load = load_of(loads, sim.cores, sim.hardware.gpu_count)
+        count = sim.hardware.gpu_count
+        keyed = [((p.namespace, p.name), load) for p, load in zip(pods, loads, strict=True)]
+        sim.holders = assign_boards(sim.holders, [(key, load.gpus) for key, load in keyed], count)
+        util = {key: load.gpu_util for key, load in keyed}
+        boards = tuple(util[h] if h is not None else 0.0 for h in sim.holders)
+        sim.load = Load(
+            cpu_util=min(math.fsum(load.cpu_cores for load in loads) / sim.cores, 1.0),
+            gpu_util=math.fsum(boards) / count if count else 0.0,
+            gpu_boards=boards,
+        )
         sim.uses = self._uses(sim, pods, loads)
 
     def _uses(
         self, sim: SimNode, pods: Sequence[SlimPod], loads: Sequence[PodLoad]
     ) -> tuple[PodUse, ...]:
-        works = [PodWork(0.0, load.cpu_cores, load.gpus, load.gpu_util) for load in loads]
-        drawn = pod_power(sim.spec, sim.controls, works, sim.cores) if works else []
+        held = boards_of(sim.holders)
+        keys_ = [(p.namespace, p.name) for p in pods]
+        works = [
+            PodWork(0.0, load.cpu_cores, len(held.get(key, ())), load.gpu_util)
+            for key, load in zip(keys_, loads, strict=True)
+        ]
+        # pod_power gives each pod the next boards in pod order: put each board's cap where
+        # that order puts the board the pod truly holds.
+        order = [i for key in keys_ for i in held.get(key, ())]
+        order += [i for i, pod in enumerate(sim.holders) if pod is None]
+        controls = _in_order(sim.controls, order, sim.hardware.gpu_count)
+        drawn = pod_power(sim.spec, controls, works, sim.cores) if works else []
         offered = (sim.cores * 1000, sim.memory_bytes, sim.hardware.gpu_count)
         return tuple(
             pod_use(
@@ -285,15 +379,37 @@ class Simulation:
             ),
             utilization=Utilisation(cpu=sim.load.cpu_util, gpu=sim.load.gpu_util),
             speed=Speed(cpu=steady.cpu_speed, gpu=steady.gpu_speed),
-            controls=applied(sim.controls),
+            controls=applied(sim.controls, sim.board_ids),
             hardware=sim.hardware,
+            pod_devices=pod_devices(sim.holders, sim.board_ids),
         )
 
     def control(self, name: str, request: ControlRequest, t: float) -> ControlResponse:
         sim = self.get(name)
         self._advance(sim, t)
-        sim.controls, response = apply_control(name, sim.spec, sim.controls, request)
-        sim.uses = self._uses(
-            sim, list(self._pods_of(name)), [pod_load(p) for p in self._pods_of(name)]
-        )
+        before = sim.controls
+        sim.controls, response = apply_control(name, sim.spec, sim.controls, request, sim.board_ids)
+        self.control_requests += 1
+        if sim.controls != before:
+            self.control_changes += 1
+        pods = self._pods(name)
+        sim.uses = self._uses(sim, pods, [pod_load(p) for p in pods])
         return response
+
+
+def pod_devices(holders: Sequence[PodKey | None], ids: Sequence[str]) -> list[PodDevices]:
+    """Which boards each pod holds, by board ID, pods in name order."""
+    held: Mapping[PodKey, list[int]] = boards_of(holders)
+    return [
+        PodDevices(namespace=pod[0], name=pod[1], devices=[ids[i] for i in held[pod]])
+        for pod in sorted(held)
+    ]
+
+
+def _in_order(controls: Controls, order: Sequence[int], count: int) -> Controls:
+    """``controls`` with the per-board caps rearranged: board ``order[k]``'s cap in place k."""
+    caps = controls.gpu_board_caps_w
+    if not caps:
+        return controls
+    padded = (*caps[:count], *(controls.gpu_cap_w,) * (count - len(caps)))
+    return replace(controls, gpu_board_caps_w=tuple(padded[i] for i in order))

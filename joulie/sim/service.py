@@ -2,7 +2,9 @@
 
 It watches Nodes and running Pods through informers, keeps a ``Simulation`` of every selected
 node, and serves the telemetry/control contract (``joulie.api.telemetry``) plus Prometheus
-metrics computed at scrape time.
+metrics computed at scrape time. It plays each node's kubelet too: every GPU board has a stable
+ID, each running GPU pod holds boards of its own, and the telemetry says which (see
+:mod:`joulie.sim.kwok_hardware`), so an agent caps boards by their pods' classes.
 """
 
 from __future__ import annotations
@@ -124,6 +126,16 @@ class SimulationCollector(Collector):
             "joulie_sim_overhead_energy_joules",
             "Simulated node energy no pod drew (idle capacity nobody asked for)",
             value=self._sim.overhead_energy,
+        )
+        yield CounterMetricFamily(
+            "joulie_sim_control_requests",
+            "Control requests answered (an agent in line with its specs sends none)",
+            value=self._sim.control_requests,
+        )
+        yield CounterMetricFamily(
+            "joulie_sim_control_changes",
+            "Control requests that changed a node's controls",
+            value=self._sim.control_changes,
         )
 
 
