@@ -7,8 +7,16 @@ For each node of its shard the pool reads the node's telemetry, publishes its No
   telemetry's applied controls show);
 * a node the manager no longer plans (twin gone, or its status ``unmanaged``) gets its caps and
   presets cleared, reported ``restored``;
+* with ``spec.gpu.classCaps`` each GPU board is capped by the class of the pod holding it: the
+  simulator says which pod holds which board, the pool's pod cache gives each pod's class, and
+  the DaemonSet agent's own code decides each board's cap (:mod:`joulie.agent.pool_boards`); the
+  caps go out by board ID, and per-board caps are removed once the spec has none;
 * the outcome goes to the twin's ``controlStatus`` under this agent's field manager, written
   only when an outcome changes.
+
+A request goes out only when it (or the boards' reasons) differ from the last one sent, or the
+backend no longer reports the controls it answered then: at steady state, no request and no
+write.
 
 One node's failure (the backend refuses, a write is refused) is logged and retried at the next
 pass; it never stops the others.
@@ -17,18 +25,29 @@ pass; it never stops the others.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
 
+from joulie.agent.board_intents import BoardIntent, board_intents
 from joulie.agent.cache import NODETWINS, AgentCache
 from joulie.agent.http_backend import HttpBackend
+from joulie.agent.pod_devices import PodKey, read_gpu_work
+from joulie.agent.pool_boards import (
+    ReportedPodDevices,
+    board_caps_request,
+    boards_outcome,
+    simulated_boards,
+    with_board_caps,
+)
 from joulie.agent.publisher import publish_hardware
-from joulie.agent.reports import control_status
+from joulie.agent.reports import control_status, feedback
 from joulie.agent.sharding import shard_of
 from joulie.api import keys
 from joulie.api.enums import ControlResult
+from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import (
     ControlRequest,
     ControlResponse,
@@ -45,6 +64,17 @@ from joulie.kube.writes import Writer
 log = structlog.get_logger("joulie.agent")
 
 BACKEND = "http"
+GPU_STATUS_KEY = "gpu"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What the pool last asked of a node and what the backend answered."""
+
+    request: ControlRequest
+    boards: tuple[BoardIntent, ...] | None
+    """Each board's intent, when the GPU caps were sent board by board."""
+    response: ControlResponse
 
 
 def restore_request(hardware: HardwareSummary, *, governor_writes: bool) -> ControlRequest:
@@ -78,6 +108,7 @@ class PoolAgent:
         shards: int,
         governor_writes: bool,
         heartbeat_s: float,
+        pod_class: Callable[[PodKey], str | None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._cache = cache
@@ -89,7 +120,10 @@ class PoolAgent:
         self._governor_writes = governor_writes
         self._heartbeat = timedelta(seconds=heartbeat_s)
         self._clock = clock
-        self._sent: dict[str, tuple[ControlRequest, ControlResponse]] = {}
+        self._pod_class = pod_class
+        """The class of a running pod from the pool's pod cache (None: no cache, so every board
+        under ``classCaps`` takes the node-level cap and says why)."""
+        self._sent: dict[str, Sent] = {}
         """Per node: the last request sent and the backend's answer."""
         self._facts: dict[str, tuple[HardwareSummary, dict[str, Any]]] = {}
         """Per node: the NodeHardware facts last built, and the summary they came from (a
@@ -144,21 +178,43 @@ class PoolAgent:
         twin = self._cache.twins.get(node)
         spec = twin.spec if twin is not None and twin.managed else None
         planned = spec is not None
+        boards: tuple[BoardIntent, ...] | None = None
         if spec is not None:
             request = control_request(spec, report.hardware, governor_writes=self._governor_writes)
+            boards = await self._board_intents(spec, report)
         else:
             request = restore_request(report.hardware, governor_writes=self._governor_writes)
         last = self._sent.get(node)
-        if last is not None and last[0] == request and last[1].controls == report.controls:
+        if boards is not None:
+            request = with_board_caps(request, board_caps_request(boards))
+        elif report.controls.gpu_boards or (
+            last is not None
+            and last.request.gpu is not None
+            and last.request.gpu.board_caps is not None
+        ):
+            # Caps were set board by board and the spec has none now: every board back to the
+            # node-level cap (said again while the last request said so, so nothing flips).
+            request = with_board_caps(request, [])
+        if (
+            last is not None
+            and (last.request, last.boards) == (request, boards)
+            and last.response.controls == report.controls
+        ):
             return  # in force already, and the backend still says so
         response = await self._backend.control(node, request)
         if not planned:
             response = as_restored(response)
-        self._sent[node] = (request, response)
+        self._sent[node] = Sent(request, boards, response)
         if twin is None:
             return  # nowhere to report: the twin is gone
         stored = twin.stored_control
-        status = control_status(response, stored, BACKEND, self._clock())
+        now = self._clock()
+        status = control_status(response, stored, BACKEND, now)
+        if boards is not None:
+            outcome = boards_outcome(response, boards)
+            status[GPU_STATUS_KEY] = feedback(
+                outcome.result, outcome.message, BACKEND, stored.get(GPU_STATUS_KEY), now
+            )
         await self._writer.apply(
             f"{NODETWINS}/{node}/status",
             {
@@ -169,3 +225,16 @@ class PoolAgent:
             },
             observed=twin.control,
         )
+
+    async def _board_intents(
+        self, spec: NodeTwinSpec, report: TelemetryReport
+    ) -> tuple[BoardIntent, ...] | None:
+        """Each GPU board's cap under ``classCaps``; None without them, or when the backend does
+        not name the node's boards (the node-level cap then goes to every board)."""
+        if spec.gpu is None or spec.gpu.class_caps is None:
+            return None
+        devices = simulated_boards(report.hardware)
+        if devices is None:
+            return None
+        work = await read_gpu_work(ReportedPodDevices(report), self._pod_class)
+        return board_intents(spec, devices, work)

@@ -21,6 +21,7 @@ from joulie.agent.cache import AgentCache
 from joulie.agent.http_backend import HttpBackend
 from joulie.agent.metrics import NODE_SYNCS, PASS_SECONDS, SERVED_NODES
 from joulie.agent.pool import PoolAgent
+from joulie.agent.pool_pods import PoolPods
 from joulie.agent.settings import AgentSettings
 from joulie.agent.sharding import ordinal
 from joulie.hardware.catalog import Catalog
@@ -43,11 +44,17 @@ class PoolRole:
         self.settings = settings
         self._connection = RoleConnection(client)
         self._cache: AgentCache | None = None
+        self._pods: PoolPods | None = None
         self._failing: dict[str, str] = {}
         self.passes = 0
 
     def is_ready(self) -> bool:
-        return self._cache is not None and self._cache.synced
+        return (
+            self._cache is not None
+            and self._cache.synced
+            and self._pods is not None
+            and self._pods.synced
+        )
 
     def status(self) -> str:
         if self._cache is None:
@@ -72,6 +79,15 @@ class PoolRole:
             settings.telemetry_cpu_control_http_endpoint,
             settings.telemetry_http_timeout,
         )
+
+        def pod_moved(node: str) -> None:
+            # A pod came, went or changed class on one of this shard's nodes: its boards' caps
+            # may change (the periodic pass would see it too, a little later).
+            if agent.mine(node) and cache.nodes.get(node) is not None:
+                queue.add(node)
+
+        pods = PoolPods(client, pod_moved)
+        self._pods = pods
         agent = PoolAgent(
             cache,
             backend,
@@ -81,8 +97,9 @@ class PoolRole:
             shards=settings.pool_shards,
             governor_writes=settings.governor_writes,
             heartbeat_s=settings.heartbeat_interval,
+            pod_class=pods.pod_class,
         )
-        tasks: list[asyncio.Task[Any]] = cache.start(stopping)
+        tasks: list[asyncio.Task[Any]] = cache.start(stopping) + pods.start(stopping)
 
         pending: set[str] = set()
         """The nodes of the current pass not yet synced."""
@@ -109,6 +126,7 @@ class PoolRole:
         async def passes() -> None:
             nonlocal pass_started
             await cache.wait_synced()
+            await pods.wait_synced()
             while not stopping.is_set():
                 served = agent.served()
                 SERVED_NODES.set(len(served))
