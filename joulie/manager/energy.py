@@ -148,6 +148,9 @@ class _Totals:
     overhead: float = 0.0
     through: float = 0.0
 
+    def of(self, kind: str) -> dict[str, float]:
+        return self.accounts if kind == "used" else self.saved if kind == "saved" else self.lost
+
 
 class EnergyAccountant:
     """Accounts each reading of the leader's reconcile; :meth:`new_term` at the start of a term,
@@ -183,6 +186,9 @@ class EnergyAccountant:
         self._groups = groups if groups is not None else GroupAccounts(DEFAULT_GROUPS)
         self._totals = _Totals()
         """What the counters hold (the process's own figures, which a restore only raises)."""
+        self._series: dict[tuple[str, str], Counter] = {}
+        """Each account's counter series by kind (a label look-up per account and reading
+        cost more than the split itself)."""
         self._nodes = NodeTable()
         """Per node of the readings: last reading, idle draws, split plan (see energy_nodes);
         the measured idle draws are kept across terms (a measurement)."""
@@ -309,14 +315,15 @@ class EnergyAccountant:
         if joules <= 0:
             return
         key = self._admit(account)
-        namespace, workload_class = key.rsplit("/", 1)
-        totals = {
-            "used": self._totals.accounts,
-            "saved": self._totals.saved,
-            "lost": self._totals.lost,
-        }[kind]
+        totals = self._totals.of(kind)
         totals[key] = totals.get(key, 0.0) + joules
-        self._counters.of(kind).labels(namespace, workload_class).inc(joules)
+        series = self._series.get((kind, key))
+        if series is None:
+            namespace, workload_class = key.rsplit("/", 1)
+            series = self._series[kind, key] = self._counters.of(kind).labels(
+                namespace, workload_class
+            )
+        series.inc(joules)
 
     def _book_split(self, split: Split) -> None:
         sums, keys = split.sums, split.keys
