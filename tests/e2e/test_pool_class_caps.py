@@ -139,6 +139,7 @@ def test_each_board_runs_at_the_class_cap_of_its_pod_and_steady_passes_write_not
         )
         standard_w = float(class_caps["standard"]["capWattsPerGpu"])
         assert class_caps["performance"]["capPctOfMax"] == 100
+        assert GROUP.gpu_max_cap_watts is not None
         max_w = float(GROUP.gpu_max_cap_watts)
         assert standard_w < max_w
 
