@@ -68,7 +68,7 @@ def test_simulated_hardware_is_valid_nodehardware() -> None:
 
 
 def response(**outcomes: Outcome) -> ControlResponse:
-    return ControlResponse(node="n", controls=AppliedControls(), **outcomes)
+    return ControlResponse(node="n", controls=AppliedControls()).model_copy(update=outcomes)
 
 
 def test_an_unchanged_outcome_keeps_its_time() -> None:
