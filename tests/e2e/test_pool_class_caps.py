@@ -3,7 +3,8 @@ of its own and says which, the pool agent caps every board by the class of the p
 and the manager runs ``class_caps``. On one 8-GPU node a standard pod's four boards run at the
 board's energy-optimal cap and a performance pod's four at the performance intent (100 % of the
 maximum: no cap binds), each a process with its own credentials; once in line, passes cost no
-control request and no NodeTwin status write."""
+control request and no NodeTwin status write; when the performance pod goes, its boards are free
+and idle, at the idle intent."""
 
 from __future__ import annotations
 
@@ -192,6 +193,25 @@ def test_each_board_runs_at_the_class_cap_of_its_pod_and_steady_passes_write_not
         assert agent.metric("joulie_kube_requests_total", resource="nodetwins/status") == writes
         assert twin(cluster)["status"]["controlStatus"]["gpu"]["updatedAt"] == updated
         assert agent.metric("joulie_agent_node_syncs_total", result="failed") == 0
+
+        # The performance pod goes: its boards are free, idle, and at the idle intent.
+        freed = next(p for p in report["podDevices"] if p["name"] == "performance")["devices"]
+        with cluster.api() as api:
+            api.delete(
+                f"/api/v1/namespaces/{namespace}/pods/performance",
+                params={"gracePeriodSeconds": "0"},
+            ).raise_for_status()
+
+        def idle() -> bool:
+            report = telemetry(url)
+            held = {p["name"] for p in report.get("podDevices") or ()}
+            boards = {
+                b["board"]: b.get("capWatts") for b in report["controls"].get("gpuBoards") or ()
+            }
+            return held == {"standard"} and all(boards.get(b) == idle_w for b in freed)
+
+        idle_w = float(class_caps["idle"]["capWattsPerGpu"])
+        wait_until(idle, 60, "the performance pod's boards freed and at the idle cap")
     finally:
         # Performance pods are counted cluster-wide: leave none behind.
         with cluster.api() as api:
