@@ -9,6 +9,7 @@ on a node calls ``on_change(node)``; nothing else about a pod does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,8 @@ def pod_class_projection(raw: Mapping[str, Any]) -> PodClass:
     meta = raw["metadata"]
     spec = raw.get("spec") or {}
     return PodClass(
-        node=str(spec.get("nodeName") or ""),
+        # One copy of each node's name however many pods run there.
+        node=sys.intern(str(spec.get("nodeName") or "")),
         workload_class=pod_workload_class(meta.get("annotations") or {}),
     )
 

@@ -22,6 +22,7 @@ from joulie.agent.pool_boards import (
     boards_outcome,
     simulated_boards,
 )
+from joulie.agent.pool_pods import PodClass, PoolPods, pod_class_projection
 from joulie.api import keys
 from joulie.api.enums import ControlResult, GpuCapScope, Profile
 from joulie.api.nodetwin import GpuClassCaps, GpuPowerCap, GpuSpec, NodeTwinSpec
@@ -271,3 +272,25 @@ def test_a_board_the_backend_did_not_answer_for_is_an_error() -> None:
     outcome = boards_outcome(response, intents)
     assert outcome.result is ControlResult.ERROR
     assert "did not answer" in outcome.message
+
+
+def test_the_pool_pod_cache_keeps_a_pods_node_and_class_and_wakes_only_on_their_change() -> None:
+    woken: list[str] = []
+    cache = PoolPods(None, woken.append)  # type: ignore[arg-type]  # never run: no client needed
+    raw = {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "annotations": {keys.WORKLOAD_CLASS_ANNOTATION: "performance", "other": "x"},
+        },
+        "spec": {"nodeName": NODE},
+    }
+    projected = pod_class_projection(raw)
+    assert projected == PodClass(NODE, "performance")
+    typo = pod_class_projection({**raw, "metadata": {"name": "q", "annotations": {}}})
+    assert typo.workload_class == "standard"
+    cache._updated(projected, PodClass(NODE, "performance"))  # a status change: nothing
+    assert woken == []
+    cache._updated(projected, PodClass(NODE, "standard"))
+    cache._touched(PodClass("", "standard"))  # not bound yet: no node to wake
+    assert woken == [NODE]
