@@ -80,7 +80,7 @@ def test_the_indexed_job_runs_index_by_index_and_collect_names_what_is_missing(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--baselines", "A,D"], "--baselines"),
+        (["--baselines", "A,E"], "--baselines"),
         (["--seeds", "x"], "--seeds"),
         (["--param", "static_hp_frac"], "KEY=VALUE"),
         (["--param", "no_such=1"], "unknown params no_such"),
