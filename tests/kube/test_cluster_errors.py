@@ -77,11 +77,12 @@ def test_unverifiable_certificate_is_a_tls_error(cluster: LocalCluster, tmp_path
 
 
 def test_missing_permission_is_403_naming_the_resource(cluster: LocalCluster) -> None:
-    # The agent's ServiceAccount may not list pods cluster-wide, which the plan needs.
-    line, took = plan_live(cluster.role_kubeconfig("agent"))
+    # The simulator's ServiceAccount may list nodes and pods but not NodeHardware, which the
+    # plan needs (every agent role now lists pods: class_caps reads their class).
+    line, took = plan_live(cluster.role_kubeconfig("simulator"))
     assert line.startswith(
-        f"joulie: kubeconfig {cluster.role_kubeconfig('agent')}: cannot list pods: the API "
-        f"server at {cluster.server} denied access (403 Forbidden): "
+        f"joulie: kubeconfig {cluster.role_kubeconfig('simulator')}: cannot list "
+        f"nodehardwares: the API server at {cluster.server} denied access (403 Forbidden): "
     )
-    assert "system:serviceaccount:joulie-system:joulie-agent" in line
+    assert "system:serviceaccount:joulie-system:joulie-simulator" in line
     assert took < BOUND_S
