@@ -15,8 +15,8 @@ the share of its run time bound by the CPU clock stretches by 1 / cpu speed, the
 1 / gpu speed, and the rest not at all. Nothing ever runs faster than at full clocks.
 
 On a node whose spec caps each GPU by the class of its pod (``class_caps``), each pod's boards
-carry the cap of its own class and the boards no pod holds the idle one (:class:`BoardRule`,
-resolved once per spec by ``core.caps.board_caps``); its boards' clocks, and so its speed,
+carry the cap of its own class and the boards no pod holds the idle one, as
+``core.caps.board_caps`` decides (:class:`BoardRule`); its boards' clocks, and so its speed,
 follow its own class's cap whatever the node's other pods are.
 """
 
@@ -30,9 +30,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from joulie.api.enums import WorkloadClass
+from joulie.api.nodetwin import NodeTwinSpec
+from joulie.core.caps import board_caps
 from joulie.core.pod_power import PodDemand
 from joulie.core.power_model import (
     Controls,
+    GpuPowerSpec,
     NodePowerSpec,
     Steady,
     board_steady,
@@ -91,33 +95,40 @@ class Job:
         return bool(self.nodes)
 
 
-@dataclass(frozen=True, slots=True)
+_PERFORMANCE = WorkloadClass.PERFORMANCE.value
+_STANDARD = WorkloadClass.STANDARD.value
+
+
 class BoardRule:
-    """The per-board caps a node's spec sets by the class of each board's pod (watts; None:
-    uncapped), and the node's controls with each class's cap in place of the node-level one
-    (what the clocks of a pod of that class follow)."""
+    """A node spec's caps by the class of each board's pod (``spec.gpu.classCaps``) on boards of
+    one range: each board's cap decided by ``core.caps.board_caps`` (the node agent's decision
+    too), once per pattern of classes; and the node's controls with a class's cap in place of
+    the node-level one (what the clocks of a pod of that class follow). Compared by identity:
+    the control loop keeps one per spec and controls."""
 
-    performance_w: float | None
-    standard_w: float | None
-    idle_w: float | None
-    performance: Controls
-    standard: Controls
+    __slots__ = ("_caps", "_range", "_spec", "performance", "standard")
 
-    @classmethod
-    def of(
-        cls,
-        controls: Controls,
-        performance_w: float | None,
-        standard_w: float | None,
-        idle_w: float | None,
-    ) -> BoardRule:
-        return cls(
-            performance_w,
-            standard_w,
-            idle_w,
-            replace(controls, gpu_cap_w=performance_w),
-            replace(controls, gpu_cap_w=standard_w),
-        )
+    def __init__(self, spec: NodeTwinSpec, gpu: GpuPowerSpec, controls: Controls) -> None:
+        self._spec = spec
+        self._range = (gpu.max_w, gpu.min_cap_w)
+        self._caps: dict[tuple[str | None, ...], tuple[float | None, ...]] = {}
+        performance, standard = self.caps((_PERFORMANCE, _STANDARD))
+        self.performance = replace(controls, gpu_cap_w=performance)
+        self.standard = replace(controls, gpu_cap_w=standard)
+
+    def caps(self, classes: tuple[str | None, ...]) -> tuple[float | None, ...]:
+        """Each board's cap in watts (None: uncapped), given the class of the pod on each
+        (None: no pod)."""
+        found = self._caps.get(classes)
+        if found is None:
+            resolved = board_caps(
+                self._spec,
+                classes,
+                gpu_max_watts_per_gpu=self._range[0],
+                gpu_min_watts_per_gpu=self._range[1],
+            )
+            found = self._caps[classes] = tuple(None if c is None else c.watts for c in resolved)
+        return found
 
     def controls_for(self, workload: Workload) -> Controls:
         return self.performance if workload.performance else self.standard
@@ -278,15 +289,15 @@ class Cluster:
         return loads
 
     def _board_caps(self, node: int, rule: BoardRule, gpu_count: int) -> tuple[float | None, ...]:
-        """Each board's cap, in the order ``load_of`` gives the pods their boards."""
-        caps: list[float | None] = []
+        """Each board's cap, the boards given to the pods in the order ``load_of`` gives them."""
+        classes: list[str | None] = []
         for index, group in self.pods_on[node].items():
             workload = self._jobs[index].workload
             gpus = workload.gpus if workload.gpu_resource else 0
             if gpus:
-                cap = rule.performance_w if workload.performance else rule.standard_w
-                caps += [cap] * min(gpus * len(group), gpu_count - len(caps))
-        return (*caps, *(rule.idle_w,) * (gpu_count - len(caps)))
+                held = min(gpus * len(group), gpu_count - len(classes))
+                classes += [_PERFORMANCE if workload.performance else _STANDARD] * held
+        return rule.caps((*classes, *(None,) * (gpu_count - len(classes))))
 
     def _draw(self, node: int, watts: float, t: float) -> None:
         old = float(self.node_w[node])
@@ -322,7 +333,7 @@ class Cluster:
 
     def set_board_rule(self, node: int, rule: BoardRule | None, t: float) -> None:
         """Cap the node's boards by the class of each board's pod (None: by ``controls``)."""
-        if rule != self.board_rules[node]:
+        if rule is not self.board_rules[node]:
             self.ledger.book(node, t)
             self.board_rules[node] = rule
             self._refresh(node, t, gpu_controls_changed=True)

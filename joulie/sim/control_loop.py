@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from joulie.api.enums import Profile, SchedulableClass, WorkloadClass
+from joulie.api.enums import Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import ControlRequest
-from joulie.core.caps import board_caps
 from joulie.core.enforcement import apply_control, control_request
 from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
 from joulie.core.policies import (
@@ -232,23 +231,15 @@ class ControlLoop:
         return changed
 
     def _board_rule(self, group: int, spec: NodeTwinSpec, controls: Controls) -> BoardRule | None:
-        """The per-board caps ``spec`` sets by class (``class_caps``), resolved by the core
-        function the node agent resolves them with, against the boards' range; None without
-        per-class caps."""
+        """The per-board caps ``spec`` sets by class (``class_caps``) on the group's boards;
+        None without per-class caps."""
         gpu = self.fleet.groups[group].power.gpu
         if gpu is None or spec.gpu is None or spec.gpu.class_caps is None:
             return None
         key = (group, id(spec), controls)  # specs live on in ``_intents``: ids stay theirs
         rule = self._rules.get(key)
         if rule is None:
-            caps = board_caps(
-                spec,
-                (WorkloadClass.PERFORMANCE.value, WorkloadClass.STANDARD.value, None),
-                gpu_max_watts_per_gpu=gpu.max_w,
-                gpu_min_watts_per_gpu=gpu.min_cap_w,
-            )
-            performance, standard, idle = (None if c is None else c.watts for c in caps)
-            rule = self._rules[key] = BoardRule.of(controls, performance, standard, idle)
+            rule = self._rules[key] = BoardRule(spec, gpu, controls)
         return rule
 
     def _twin_output(self, node: int) -> TwinOutput:

@@ -117,7 +117,7 @@ async def ticking_while(call: asyncio.Future[object] | asyncio.Task[object]) -> 
     """How often the loop ran a 10 ms ticker while ``call`` was pending."""
     ticks = 0
     while not call.done():
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the ticker itself: a blocked loop would not wake it
         ticks += 1
     return ticks
 

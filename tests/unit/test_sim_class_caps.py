@@ -90,7 +90,7 @@ def test_a_board_goes_back_to_the_idle_cap_when_its_pod_leaves_and_a_new_pod_tak
     for node in range(len(engine.fleet)):
         rule = engine.cluster.board_rules[node]
         assert rule is not None
-        assert rule.idle_w == pytest.approx(_h100_nvl_board()[0])
+        assert rule.caps((None,) * 8) == pytest.approx((_h100_nvl_board()[0],) * 8)
 
 
 def test_performance_work_submitted_last_starts_first_and_preempts_nothing() -> None:
