@@ -29,7 +29,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[dev,plots]'
 	touch $(STAMP)
 
 # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd and kwok, built from
