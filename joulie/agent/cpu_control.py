@@ -27,7 +27,8 @@ and frequency limits (min and max in the order that never crosses them).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from joulie.agent.baseline import Baseline, BaselineValue
 from joulie.agent.cpu_discovery import BoostControl, GovernorCapabilities
@@ -43,6 +44,7 @@ __all__ = [
     "POWERCAP_PREFIX",
     "RAPL_TOLERANCE_UW",
     "ComponentOutcome",
+    "CoreCeiling",
     "CpuControl",
     "SettingOutcome",
 ]
@@ -82,6 +84,15 @@ def _tolerance(key: str) -> int:
     if _is_rapl_limit(key) or (key.startswith(HWMON_PREFIX) and key.endswith("_cap")):
         return RAPL_TOLERANCE_UW
     return 0
+
+
+@dataclass(frozen=True)
+class CoreCeiling:
+    """A frequency ceiling one cpufreq policy's cores take instead of the preset's."""
+
+    khz: int
+    note: str
+    """Why, added to the setting's outcome (``standard work's exclusive cores``)."""
 
 
 class CpuControl:
@@ -289,22 +300,28 @@ class CpuControl:
         preset: CpuGovernorPreset | None,
         boost: Boost | None = None,
         *,
+        ceilings: Mapping[str, CoreCeiling] | None = None,
         enabled: bool = True,
         reassert: bool = False,
     ) -> ComponentOutcome:
         """Bring every cpufreq policy (``policyN`` directories) to ``preset``.
 
+        ``ceilings``: per policy, a frequency ceiling that replaces the preset's (the cores of a
+        pod that holds them exclusively, by its class); with no preset only those are written.
         ``enabled`` is GOVERNOR_WRITES: when off, anything the agent changed earlier is restored
-        and the result is ``disabled``. No preset restores the baseline.
+        and the result is ``disabled``. No preset and no ceiling restores the baseline.
         """
+        ceilings = ceilings or {}
         if not enabled:
             restored = self.restore_governor()
             if restored.result is not None:
                 return restored
             return ComponentOutcome(ControlResult.DISABLED, "governor writes are off")
-        if preset is None:
+        if preset is None and not ceilings:
             restored = self.restore_governor()
             return restored if restored.result is not None else ComponentOutcome(None, "no preset")
+        if preset is None:
+            return self._ceilings_only(ceilings, reassert)
         mapping = governor.preset(preset) if governor is not None else None
         if governor is None or mapping is None:
             return ComponentOutcome(
@@ -345,6 +362,9 @@ class CpuControl:
             settings.append(self._set(key, mapping.epp, reassert=reassert))
         for policy in policies:
             key = f"{policy}/scaling_max_freq"
+            if policy in ceilings:
+                settings.append(self._ceiling(policy, ceilings[policy], reassert))
+                continue
             if mapping.max_freq_khz is None:
                 # This preset sets no ceiling: one the agent set for another preset goes.
                 settings.extend(self._back_to_baseline([key]))
@@ -353,6 +373,22 @@ class CpuControl:
                 self._set(key, str(self._freq(policy, mapping.max_freq_khz)), reassert=reassert)
             )
         return ComponentOutcome.of(settings)
+
+    def _ceilings_only(
+        self, ceilings: Mapping[str, CoreCeiling], reassert: bool
+    ) -> ComponentOutcome:
+        """No preset, but some policies' cores have a ceiling of their own: those are written,
+        and every other cpufreq setting the agent changed goes back to its baseline."""
+        keep = {f"{policy}/scaling_max_freq" for policy in ceilings}
+        others = [k for k in self.baseline.entries() if k.startswith(CPU_PREFIX) and k not in keep]
+        settings = self._back_to_baseline(self._restore_order(others))
+        settings += [self._ceiling(p, c, reassert) for p, c in ceilings.items()]
+        return ComponentOutcome.of(settings)
+
+    def _ceiling(self, policy: str, ceiling: CoreCeiling, reassert: bool) -> SettingOutcome:
+        key = f"{policy}/scaling_max_freq"
+        outcome = self._set(key, str(self._freq(policy, ceiling.khz)), reassert=reassert)
+        return replace(outcome, detail="; ".join(filter(None, (outcome.detail, ceiling.note))))
 
     def _set_boost(self, control: BoostControl, boost: Boost, reassert: bool) -> SettingOutcome:
         on = boost is Boost.ON

@@ -26,13 +26,15 @@ import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import structlog
 
 from joulie.agent import metrics
 from joulie.agent.cache import NODETWINS, OwnNodeCache
+from joulie.agent.core_ceilings import CpuWork, cpu_work
 from joulie.agent.host_node import HostNode, Outcomes
-from joulie.agent.pod_devices import GpuWork, PodDevices, read_gpu_work
+from joulie.agent.pod_devices import GpuWork, PodDevices, gpu_work, read_allocations
 from joulie.agent.publisher import publish_hardware
 from joulie.agent.reports import host_control_status
 from joulie.api import keys
@@ -132,9 +134,9 @@ class DaemonAgent:
             reassert = now - self._last_reassert >= REASSERT_S
             if reassert:
                 self._last_reassert = now
-            work = await self._gpu_work(spec)
+            work = await self._pod_work(spec)
             outcomes = await asyncio.to_thread(
-                self.host.enforce, spec, reassert=reassert, gpu_work=work
+                self.host.enforce, spec, reassert=reassert, gpu_work=work.gpu, cpu_work=work.cpu
             )
             if spec is None and _restored(outcomes):
                 metrics.RESTORES.labels("unplanned").inc()
@@ -149,25 +151,34 @@ class DaemonAgent:
                 raise failures[0]
             self.passes += 1
 
-    async def _gpu_work(self, spec: NodeTwinSpec | None) -> GpuWork | None:
-        """Which class of work runs on which GPU board, asked only for a spec with per-class GPU
-        caps; a board whose class cannot be told takes the node-level cap (logged once per
+    async def _pod_work(self, spec: NodeTwinSpec | None) -> PodWork:
+        """Which class of work runs on which GPU board and holds which cores exclusively, asked
+        (one kubelet call) only for a spec with per-class caps; a board whose class cannot be
+        told takes the node-level cap, and cores follow the node-level preset (logged once per
         reason, and said in the outcome)."""
-        if spec is None or spec.gpu is None or spec.gpu.class_caps is None:
-            return None
-        synced = self.cache.pods.has_synced
-        work = await read_gpu_work(self.pod_devices, self.cache.pod_class if synced else None)
-        if work.unknown != self._devices_problem:
-            if work.unknown is not None:
+        wants_gpu = spec is not None and spec.gpu is not None and spec.gpu.class_caps is not None
+        wants_cpu = spec is not None and spec.cpu is not None and spec.cpu.class_caps is not None
+        if not (wants_gpu or wants_cpu):
+            return PodWork(None, None)
+        pod_class = self.cache.pod_class if self.cache.pods.has_synced else None
+        answer = await read_allocations(self.pod_devices, pod_class)
+        if isinstance(answer, str):
+            gpu, cpu = GpuWork.unavailable(answer), CpuWork.unavailable(answer)
+        else:
+            assert pod_class is not None
+            gpu, cpu = gpu_work(answer.gpus, pod_class), cpu_work(answer.cpus, pod_class)
+        problem = gpu.unknown if wants_gpu else cpu.unknown
+        if problem != self._devices_problem:
+            if problem is not None:
                 log.warning(
-                    "GPU boards whose work cannot be told take the node-level cap",
+                    "work whose pods cannot be told takes the node-level intent",
                     node=self.node,
-                    reason=work.unknown,
+                    reason=problem,
                 )
             else:
-                log.info("the work on every GPU board can be told again", node=self.node)
-            self._devices_problem = work.unknown
-        return work
+                log.info("the pods on every GPU board and exclusive core can be told again")
+            self._devices_problem = problem
+        return PodWork(gpu if wants_gpu else None, cpu if wants_cpu else None)
 
     async def _sample(self) -> None:
         metrics.observe_power(await asyncio.to_thread(self.host.sample_power), self.node)
@@ -271,6 +282,13 @@ class DaemonAgent:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._report(outcomes), STOP_REPORT_S)
         await asyncio.to_thread(self.host.close)
+
+
+class PodWork(NamedTuple):
+    """What the pass needs to know of the pods' devices and cores (None: not asked)."""
+
+    gpu: GpuWork | None
+    cpu: CpuWork | None
 
 
 def _restored(outcomes: Outcomes) -> bool:

@@ -10,7 +10,9 @@ Its calls block (sysfs reads and writes, NVML calls that can hang on a failing b
 runs them in a worker thread, one at a time, so no two passes interleave writes.
 
 With ``spec.gpu.classCaps`` the GPU cap is set board by board
-(:mod:`joulie.agent.board_intents`), from the work the caller says runs on each board.
+(:mod:`joulie.agent.board_intents`), from the work the caller says runs on each board; with
+``spec.cpu.classCaps`` the cores a pod holds exclusively take its class's frequency ceiling
+(:mod:`joulie.agent.core_ceilings`), written with the CPU preset.
 
 Per component it reports one :class:`~joulie.agent.outcomes.ComponentOutcome`, keyed as in
 NodeTwin ``controlStatus``. An intent already in force reads back ``equivalent`` on every later
@@ -32,6 +34,7 @@ import structlog
 
 from joulie.agent.baseline import Baseline
 from joulie.agent.board_intents import board_intents
+from joulie.agent.core_ceilings import CpuWork, core_ceilings
 from joulie.agent.cpu_control import CPU_PREFIX, CpuControl
 from joulie.agent.cpu_discovery import CpuDiscovery, discover_cpu, probe_cpu_locks
 from joulie.agent.gpu.backends import GpuBackends
@@ -144,13 +147,16 @@ class HostNode:
         *,
         reassert: bool = False,
         gpu_work: GpuWork | None = None,
+        cpu_work: CpuWork | None = None,
     ) -> Outcomes:
         """Put ``spec`` in force; None (the node is not planned) restores everything.
 
         ``reassert``: write again settings another writer changed since the agent's write
         (otherwise reported ``contended`` and left alone). ``gpu_work``: which class of work
         runs on which board, read only when the spec has per-class GPU caps (without it every
-        board then takes the node-level cap).
+        board then takes the node-level cap). ``cpu_work``: which class of work holds which
+        cores exclusively, read only when the spec has per-class CPU ceilings (without it every
+        core follows the preset).
         """
         if spec is None:
             return self.restore_all()
@@ -166,6 +172,7 @@ class HostNode:
             gpu_preset = gpu_gov.preset if gpu_gov else None
             ceiling = gpu_gov.compute_clock_ceiling_pct_of_max if gpu_gov else None
             policies = [p.path for p in cpu.policies]
+            ceilings = core_ceilings(spec, cpu.policies, cpu_work) if cpu_work else {}
             steps: dict[str, tuple[Any, Callable[[], ComponentOutcome]]] = {
                 CPU_CAP: (
                     (watts, pct),
@@ -174,12 +181,13 @@ class HostNode:
                     ),
                 ),
                 CPU_GOVERNOR: (
-                    (preset, boost, self.governor_writes),
+                    (preset, boost, self.governor_writes, tuple(sorted(ceilings.items()))),
                     lambda: self.cpu_control.apply_preset(
                         cpu.governor,
                         policies,
                         preset,
                         boost,
+                        ceilings=ceilings,
                         enabled=self.governor_writes,
                         reassert=reassert,
                     ),

@@ -30,17 +30,21 @@ from joulie.api.enums import WorkloadClass
 from joulie.api.gpu import gpu_resource_kind
 
 __all__ = [
+    "MAX_CPU_ID",
+    "MAX_CPU_IDS",
     "MAX_DEVICE_IDS",
     "MAX_DEVICE_ID_CHARS",
     "NO_CACHE",
     "NO_SOURCE",
     "GpuWork",
+    "PodAllocations",
     "PodDevices",
     "PodDevicesUnavailable",
     "PodKey",
     "gpu_work",
     "is_gpu_resource",
     "pod_workload_class",
+    "read_allocations",
     "read_gpu_work",
 ]
 
@@ -54,6 +58,10 @@ MAX_DEVICE_ID_CHARS = 128
 MAX_DEVICE_IDS = 4096
 """Most GPU device IDs one answer may hold; a node has at most a few dozen boards, and even
 time-sliced into many replicas, this is far beyond any real one."""
+MAX_CPU_ID = 65_535
+"""Largest CPU number believed (Linux builds for the largest servers allow 8,192 CPUs)."""
+MAX_CPU_IDS = 16_384
+"""Most exclusive CPU numbers one answer may hold, all pods together."""
 _DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _REPLICA = "::"
 NO_SOURCE = "the agent has no source of pod devices"
@@ -67,12 +75,23 @@ class PodDevicesUnavailable(Exception):
     at every pass would be a status write at every pass."""
 
 
-class PodDevices(Protocol):
-    """Where the agent learns which GPU devices each pod on its node holds."""
+@dataclass(frozen=True)
+class PodAllocations:
+    """What the pods of the node were given, every container of a pod together; pods given
+    none are left out."""
 
-    async def devices(self) -> Mapping[PodKey, tuple[str, ...]]:
-        """The GPU device IDs of every pod that holds any (GPU resources only, every container
-        of the pod together). Raises :class:`PodDevicesUnavailable`; never blocks the loop."""
+    gpus: Mapping[PodKey, tuple[str, ...]] = field(default_factory=dict)
+    """GPU device IDs (GPU resources only)."""
+    cpus: Mapping[PodKey, tuple[int, ...]] = field(default_factory=dict)
+    """CPUs held exclusively (the kubelet's static CPU manager policy)."""
+
+
+class PodDevices(Protocol):
+    """Where the agent learns which GPU devices and exclusive CPUs each pod on its node holds."""
+
+    async def allocations(self) -> PodAllocations:
+        """One answer for every pod of the node. Raises :class:`PodDevicesUnavailable`; never
+        blocks the loop."""
         ...
 
 
@@ -166,19 +185,31 @@ def gpu_work(
     return GpuWork(classes, unattributable, frozenset(performance), unknown)
 
 
+async def read_allocations(
+    source: PodDevices | None, pod_class: Callable[[PodKey], str | None] | None
+) -> PodAllocations | str:
+    """``source``'s answer, or why there is none to use (``pod_class`` None while the pod cache
+    has not synced). Never raises."""
+    if source is None:
+        return NO_SOURCE
+    if pod_class is None:
+        return NO_CACHE
+    try:
+        return await source.allocations()
+    except PodDevicesUnavailable as exc:
+        return str(exc)
+    except Exception as exc:  # a bug or a library surprise must not stop the pass
+        log.error("pod_devices.failed", error=repr(exc))
+        return f"reading pod devices failed ({type(exc).__name__})"
+
+
 async def read_gpu_work(
     source: PodDevices | None, pod_class: Callable[[PodKey], str | None] | None
 ) -> GpuWork:
-    """Ask ``source`` and place its answer (:func:`gpu_work`); ``pod_class`` None while the pod
-    cache has not synced. Never raises: without an answer, :attr:`GpuWork.unknown` says why."""
-    if source is None:
-        return GpuWork.unavailable(NO_SOURCE)
-    if pod_class is None:
-        return GpuWork.unavailable(NO_CACHE)
-    try:
-        return gpu_work(await source.devices(), pod_class)
-    except PodDevicesUnavailable as exc:
-        return GpuWork.unavailable(str(exc))
-    except Exception as exc:  # a bug or a library surprise must not stop the pass
-        log.error("pod_devices.failed", error=repr(exc))
-        return GpuWork.unavailable(f"reading pod devices failed ({type(exc).__name__})")
+    """Ask ``source`` and place its answer (:func:`gpu_work`). Never raises: without an
+    answer, :attr:`GpuWork.unknown` says why."""
+    answer = await read_allocations(source, pod_class)
+    if isinstance(answer, str):
+        return GpuWork.unavailable(answer)
+    assert pod_class is not None
+    return gpu_work(answer.gpus, pod_class)

@@ -1,5 +1,5 @@
 """The kubelet's PodResources API as the DaemonSet agent's :class:`~joulie.agent.pod_devices.
-PodDevices`: which GPU device IDs each pod on this node was given.
+PodDevices`: which GPU device IDs and exclusive CPUs each pod on this node was given.
 
 One ``v1.PodResourcesLister/List`` call per pass that needs it, over the kubelet's unix socket
 (``List`` rather than ``Get``: it exists on every kubelet the agent supports). The call is
@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
 
 import grpc
 import structlog
 
 from joulie.agent.kubelet_podresources import api_pb2, api_pb2_grpc
 from joulie.agent.pod_devices import (
+    MAX_CPU_IDS,
     MAX_DEVICE_IDS,
+    PodAllocations,
     PodDevicesUnavailable,
     PodKey,
     is_gpu_resource,
@@ -33,7 +34,7 @@ __all__ = [
     "CALL_TIMEOUT_S",
     "MAX_MESSAGE_BYTES",
     "PodResourcesClient",
-    "devices_of",
+    "allocations_of",
 ]
 
 log = structlog.get_logger("joulie.agent.pod_resources")
@@ -61,14 +62,14 @@ class PodResourcesClient:
         self.timeout_s = timeout_s
         self.max_message_bytes = max_message_bytes
 
-    async def devices(self) -> Mapping[PodKey, tuple[str, ...]]:
+    async def allocations(self) -> PodAllocations:
         try:
             response = await asyncio.wait_for(
                 asyncio.to_thread(self._list), self.timeout_s + _THREAD_GRACE_S
             )
         except TimeoutError:
             raise PodDevicesUnavailable(self._late()) from None
-        return devices_of(response)
+        return allocations_of(response)
 
     def _list(self) -> api_pb2.ListPodResourcesResponse:
         if not os.path.exists(self.socket):
@@ -115,20 +116,34 @@ class PodResourcesClient:
         return f"the kubelet's PodResources List failed ({name})"
 
 
-def devices_of(response: api_pb2.ListPodResourcesResponse) -> dict[PodKey, tuple[str, ...]]:
-    """The GPU device IDs of each pod in a List answer, every container's together; pods that
-    hold none are left out. Raises :class:`PodDevicesUnavailable` past :data:`MAX_DEVICE_IDS`."""
-    found: dict[PodKey, list[str]] = {}
-    count = 0
+def allocations_of(response: api_pb2.ListPodResourcesResponse) -> PodAllocations:
+    """The GPU device IDs and the exclusive CPUs of each pod in a List answer, every
+    container's together; pods that hold none are left out. Raises
+    :class:`PodDevicesUnavailable` past :data:`MAX_DEVICE_IDS` GPU IDs or
+    :data:`MAX_CPU_IDS` CPUs."""
+    gpus: dict[PodKey, list[str]] = {}
+    cpus: dict[PodKey, list[int]] = {}
+    devices = cores = 0
     for pod in response.pod_resources:
+        key = (pod.namespace, pod.name)
         for container in pod.containers:
+            cores += len(container.cpu_ids)
+            if cores > MAX_CPU_IDS:
+                raise PodDevicesUnavailable(
+                    f"the kubelet's answer holds more than {MAX_CPU_IDS} exclusive CPUs"
+                )
+            if container.cpu_ids:
+                cpus.setdefault(key, []).extend(container.cpu_ids)
             for group in container.devices:
                 if not is_gpu_resource(group.resource_name):
                     continue
-                count += len(group.device_ids)
-                if count > MAX_DEVICE_IDS:
+                devices += len(group.device_ids)
+                if devices > MAX_DEVICE_IDS:
                     raise PodDevicesUnavailable(
                         f"the kubelet's answer holds more than {MAX_DEVICE_IDS} GPU device IDs"
                     )
-                found.setdefault((pod.namespace, pod.name), []).extend(group.device_ids)
-    return {pod: tuple(ids) for pod, ids in found.items()}
+                gpus.setdefault(key, []).extend(group.device_ids)
+    return PodAllocations(
+        gpus={pod: tuple(ids) for pod, ids in gpus.items()},
+        cpus={pod: tuple(ids) for pod, ids in cpus.items()},
+    )

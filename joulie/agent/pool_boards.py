@@ -14,13 +14,13 @@ was read (:mod:`joulie.api.telemetry`), and each device ID is checked by ``gpu_w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from joulie.agent.board_intents import BoardIntent
 from joulie.agent.gpu.device import GpuBackendKind, GpuDevice
 from joulie.agent.gpu.settings import gpu_key
 from joulie.agent.outcomes import ComponentOutcome, SettingOutcome
-from joulie.agent.pod_devices import PodDevicesUnavailable, PodKey
+from joulie.agent.pod_devices import PodAllocations, PodDevicesUnavailable, PodKey
 from joulie.api.enums import ControlResult
 from joulie.api.telemetry import (
     BoardCap,
@@ -51,7 +51,8 @@ class ReportedPodDevices:
     def __init__(self, report: TelemetryReport) -> None:
         self._report = report
 
-    async def devices(self) -> Mapping[PodKey, tuple[str, ...]]:
+    async def allocations(self) -> PodAllocations:
+        """The report's GPU devices per pod (simulated pods hold no exclusive CPUs)."""
         listed = self._report.pod_devices
         if listed is None:
             raise PodDevicesUnavailable(NO_POD_DEVICES)
@@ -59,7 +60,7 @@ class ReportedPodDevices:
         for entry in listed:
             key = (entry.namespace, entry.name)
             out[key] = out.get(key, ()) + tuple(entry.devices)
-        return out
+        return PodAllocations(gpus=out)
 
 
 def simulated_boards(hardware: HardwareSummary) -> tuple[GpuDevice, ...] | None:

@@ -39,6 +39,27 @@ class CpuGovernorSpec(K8sModel):
     """Whether the CPU may boost above its nominal frequency; unset leaves the node's setting."""
 
 
+class CpuCoreCeiling(K8sModel):
+    """A frequency ceiling on the cores a pod holds exclusively (the kubelet's static CPU
+    manager policy), by the pod's workload class."""
+
+    at_nominal: bool | None = None
+    """Ceiling at the cores' nominal (base, non-boost) frequency; wins over the percentage on
+    cores that state their nominal frequency."""
+    max_freq_pct_of_max: Percent | None = None
+    """Ceiling as a percentage of the cores' highest frequency."""
+
+
+class CpuClassCaps(K8sModel):
+    """What the cores a pod holds exclusively run at, by the pod's workload class; a class left
+    out, and every core no pod holds exclusively, follow the node-level CPU intent."""
+
+    performance: CpuCoreCeiling | None = None
+    """Cores held by a performance pod."""
+    standard: CpuCoreCeiling | None = None
+    """Cores held by a standard pod."""
+
+
 class CpuSpec(K8sModel):
     package_power_cap_watts: Watts | None = None
     """CPU power cap in watts for each package (socket), not for the node; takes precedence over
@@ -47,6 +68,9 @@ class CpuSpec(K8sModel):
     """CPU package power cap as a percentage of the node's maximum package power."""
     governor: CpuGovernorSpec | None = None
     """CPU governor preset; absent means the agent keeps (or restores) the node's own setting."""
+    class_caps: CpuClassCaps | None = None
+    """Frequency ceilings of exclusively held cores by their pod's class (the class_caps policy);
+    absent: every core follows the governor preset."""
 
 
 class GpuPowerCap(K8sModel):

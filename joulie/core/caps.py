@@ -27,9 +27,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from joulie.api.enums import WorkloadClass
-from joulie.api.nodetwin import GpuPowerCap, NodeTwinSpec
+from joulie.api.nodetwin import CpuCoreCeiling, GpuPowerCap, NodeTwinSpec
 
-__all__ = ["EffectiveCap", "NodeCaps", "board_caps", "effective_cap", "spec_caps"]
+__all__ = [
+    "EffectiveCap",
+    "NodeCaps",
+    "board_caps",
+    "core_ceiling_khz",
+    "effective_cap",
+    "spec_caps",
+]
 
 
 @dataclass(frozen=True)
@@ -160,3 +167,37 @@ def board_caps(
             workload_class = WorkloadClass.STANDARD.value
         out.append(resolved[workload_class])
     return out
+
+
+def core_ceiling_khz(
+    ceiling: CpuCoreCeiling | None,
+    *,
+    min_khz: int | None,
+    max_khz: int | None,
+    nominal_khz: int | None,
+) -> int | None:
+    """The frequency ceiling in kHz that ``ceiling`` puts on cores of the given landmarks, inside
+    ``[min_khz, max_khz]``; None: no ceiling of its own (the cores follow the node-level preset).
+
+    ``atNominal`` wins on cores that state a nominal frequency; otherwise the percentage of the
+    maximum applies, and without a known maximum nothing can be resolved. A ceiling at or above
+    the maximum is a ceiling at the maximum (the hardware's own), not None: the intent is then
+    that those cores run unconstrained even where the preset would hold them lower.
+    """
+    if ceiling is None:
+        return None
+    high = max_khz if max_khz is not None and max_khz > 0 else None
+    target: float | None = None
+    if ceiling.at_nominal and nominal_khz is not None and nominal_khz > 0:
+        target = nominal_khz
+    elif high is not None:
+        pct = _usable(ceiling.max_freq_pct_of_max)
+        if pct is not None:
+            target = high * min(pct, 100.0) / 100.0
+    if target is None:
+        return None
+    if high is not None:
+        target = min(target, high)
+    if min_khz is not None and min_khz > 0 and (high is None or min_khz <= high):
+        target = max(target, min_khz)
+    return round(target)

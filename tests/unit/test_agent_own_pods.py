@@ -97,21 +97,21 @@ async def test_the_daemon_asks_the_kubelet_only_for_per_class_caps_and_logs_each
             heartbeat_s=300,
             pod_devices=PodResourcesClient(str(kubelet.socket)),
         )
-        assert await agent._gpu_work(None) is None
-        assert await agent._gpu_work(class_caps_spec(False)) is None
+        assert (await agent._pod_work(None)).gpu is None
+        assert (await agent._pod_work(class_caps_spec(False))).gpu is None
         assert kubelet.calls == 0  # a node-wide cap needs no answer
 
         with capture_logs() as logs:
             for _ in range(3):
-                unsynced = await agent._gpu_work(class_caps_spec(True))
+                unsynced = (await agent._pod_work(class_caps_spec(True))).gpu
                 assert unsynced is not None
                 assert unsynced.unknown == NO_CACHE
             cache.pods._synced.set()  # the first list is in
             feed(cache, "ADDED", pod("train", 1, "performance"))
-            known = await agent._gpu_work(class_caps_spec(True))
+            known = (await agent._pod_work(class_caps_spec(True))).gpu
         assert known is not None
         assert known.classes == {GPU0: "performance"}
         assert [e["event"] for e in logs] == [
-            "GPU boards whose work cannot be told take the node-level cap",
-            "the work on every GPU board can be told again",
+            "work whose pods cannot be told takes the node-level intent",
+            "the pods on every GPU board and exclusive core can be told again",
         ]

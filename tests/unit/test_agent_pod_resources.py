@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 
 import pytest
 
@@ -17,6 +16,7 @@ from joulie.agent.pod_devices import (
     NO_CACHE,
     NO_SOURCE,
     GpuWork,
+    PodAllocations,
     PodDevicesUnavailable,
     PodKey,
     gpu_work,
@@ -97,20 +97,21 @@ def test_the_workload_class_reads_as_everywhere_in_joulie() -> None:
 
 
 @pytest.mark.asyncio
-async def test_the_client_lists_gpu_devices_per_pod_over_the_socket() -> None:
+async def test_the_client_lists_gpu_devices_and_exclusive_cpus_per_pod_over_the_socket() -> None:
     with fake_kubelet() as kubelet:
         kubelet.pods = [
             gpu_pod("train", GPU0, cpu_ids=[2, 3]),
             gpu_pod("batch", f"{GPU1}::0", resource="nvidia.com/gpu.shared"),
-            gpu_pod("nic", "0000:3b:00.1", resource="example.com/sriov-nic"),
+            gpu_pod("nic", "0000:3b:00.1", resource="example.com/sriov-nic", cpu_ids=[7]),
             gpu_pod("slice", MIG, resource="nvidia.com/mig-1g.10gb"),
         ]
-        devices = await PodResourcesClient(str(kubelet.socket)).devices()
-    assert devices == {
+        answer = await PodResourcesClient(str(kubelet.socket)).allocations()
+    assert answer.gpus == {
         ("work", "train"): (GPU0,),
         ("work", "batch"): (f"{GPU1}::0",),
         ("work", "slice"): (MIG,),
     }
+    assert answer.cpus == {("work", "train"): (2, 3), ("work", "nic"): (7,)}
 
 
 async def ticking_while(call: asyncio.Future[object] | asyncio.Task[object]) -> int:
@@ -128,7 +129,7 @@ async def test_a_hanging_kubelet_is_given_up_in_bounded_time_without_holding_the
         kubelet.hang = True
         client = PodResourcesClient(str(kubelet.socket), timeout_s=0.5)
         started = time.monotonic()
-        call = asyncio.ensure_future(client.devices())
+        call = asyncio.ensure_future(client.allocations())
         ticks = await ticking_while(call)
         with pytest.raises(PodDevicesUnavailable) as raised:
             await call
@@ -146,7 +147,7 @@ async def test_an_answer_larger_than_the_limit_is_refused_with_a_stable_reason()
         for size in (100_000, 200_000):
             kubelet.padding = size
             with pytest.raises(PodDevicesUnavailable) as raised:
-                await client.devices()
+                await client.allocations()
             reasons.add(str(raised.value))
     # One text whatever the size: it reaches controlStatus, and must not change every pass.
     assert reasons == {"the kubelet's PodResources answer is larger than 65536 bytes; not read"}
@@ -158,7 +159,7 @@ async def test_an_answer_that_is_no_protobuf_or_holds_bad_ids_is_not_trusted() -
         client = PodResourcesClient(str(kubelet.socket))
         kubelet.garbage = b"\xff" * 64
         with pytest.raises(PodDevicesUnavailable) as raised:
-            await client.devices()
+            await client.allocations()
         assert str(raised.value) == "the kubelet's PodResources List failed (INTERNAL)"
         kubelet.garbage = None
         kubelet.pods = [gpu_pod("batch", "GPU-x" * 100, "GPU-<script>", GPU1)]
@@ -172,17 +173,17 @@ async def test_a_missing_socket_or_a_dead_one_says_so() -> None:
     with short_socket_dir() as directory:
         socket = directory / "kubelet.sock"
         with pytest.raises(PodDevicesUnavailable, match="no kubelet PodResources socket"):
-            await PodResourcesClient(str(socket)).devices()
+            await PodResourcesClient(str(socket)).allocations()
         socket.touch()  # a file where the socket was: the kubelet is gone
         with pytest.raises(PodDevicesUnavailable, match="does not answer"):
-            await PodResourcesClient(str(socket), timeout_s=1).devices()
+            await PodResourcesClient(str(socket), timeout_s=1).allocations()
 
 
 # --- reading it for a pass: never raises -------------------------------------------------------
 
 
 class Broken:
-    async def devices(self) -> Mapping[PodKey, tuple[str, ...]]:
+    async def allocations(self) -> PodAllocations:
         raise RuntimeError("a bug")
 
 

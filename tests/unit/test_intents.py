@@ -828,3 +828,29 @@ def test_no_class_caps_on_a_cpu_node_or_under_another_policy() -> None:
     rule = ClassCaps(performance_pct_of_max=100.0)
     assert "gpu" not in wire(cpu_only(class_caps=rule, gpu_optimal_cap_w=None))
     assert "classCaps" not in wire(intent())["gpu"]
+
+
+def test_class_caps_hold_standard_work_s_exclusive_cores_at_nominal_and_leave_the_node_cpu() -> (
+    None
+):
+    rule = ClassCaps(performance_pct_of_max=100.0)
+    for node in (cpu_only, intent):
+        idle = wire(node(planned_profile=Profile.PERFORMANCE, class_caps=rule))
+        assert idle["cpu"]["classCaps"] == {"standard": {"atNominal": True}}
+    # The node-level CPU cap stays the performance one, performance pods or not.
+    assert wire(cpu_only(planned_profile=Profile.PERFORMANCE, class_caps=rule))["cpu"] == {
+        "packagePowerCapPctOfMax": 100,
+        "classCaps": {"standard": {"atNominal": True}},
+    }
+    assert "classCaps" not in wire(cpu_only(planned_profile=Profile.PERFORMANCE))["cpu"]
+
+
+def test_class_caps_may_cap_the_node_cpu_while_every_pod_on_it_is_standard() -> None:
+    rule = ClassCaps(performance_pct_of_max=100.0, cpu_eco_when_standard=True)
+    standard_only = cpu_only(planned_profile=Profile.PERFORMANCE, class_caps=rule)
+    assert wire(standard_only)["cpu"]["packagePowerCapPctOfMax"] == 60
+    assert wire(standard_only)["profile"] == "performance"  # the node is not eco
+    with_performance = cpu_only(
+        planned_profile=Profile.PERFORMANCE, class_caps=rule, active_perf_pods=1
+    )
+    assert wire(with_performance)["cpu"]["packagePowerCapPctOfMax"] == 100

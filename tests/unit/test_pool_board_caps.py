@@ -256,7 +256,7 @@ def test_a_report_without_board_ids_or_pod_devices() -> None:
     assert simulated_boards(short) is None
     none = ReportedPodDevices(report.model_copy(update={"pod_devices": None}))
     with pytest.raises(PodDevicesUnavailable, match=NO_POD_DEVICES):
-        asyncio.run(none.devices())
+        asyncio.run(none.allocations())
 
 
 def test_a_board_the_backend_did_not_answer_for_is_an_error() -> None:

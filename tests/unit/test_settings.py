@@ -28,6 +28,7 @@ def test_defaults_follow_the_spec_and_upstream() -> None:
         "queue_hp_max": 1_000_000,
         "queue_perf_per_hp_node": 10,
         "class_caps_performance_pct": 100.0,  # ours: performance work uncapped
+        "class_caps_cpu_eco_when_standard": 0,  # ours: the node CPU stays at performance
     }
     assert s.reconcile_interval == 60.0
     assert s.performance_cap_watts == 5000

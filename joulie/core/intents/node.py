@@ -12,6 +12,8 @@ from joulie.api.enums import (
 )
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import (
+    CpuClassCaps,
+    CpuCoreCeiling,
     GpuClassCaps,
     GpuPowerCap,
     GpuSpec,
@@ -64,17 +66,27 @@ def node_twin_spec(
     value of :func:`max_running_pod_gpus` over its pods. ``class_caps`` is the policy's rule for
     per-device caps by class, ``gpu_optimal_cap_w`` the energy-optimal cap of the node's boards
     (None where the node's GPU has no model): a standard board and an idle one take it, and
-    without it they follow the node-level cap.
+    without it they follow the node-level cap. Under ``class_caps`` the cores a standard pod
+    holds exclusively get a ceiling at nominal (``spec.cpu.classCaps``), and with
+    ``cpu_eco_when_standard`` the node-level CPU intent (caps and preset) is the eco one while
+    no performance pod is on the node.
     """
     guard = downgrade_guard(planned_profile, active_perf_pods)
     profile = guard.control_profile
     gpu_node = gpu_count > 0
     product_label = gpu_product_label(labels, config.gpu_product_label_keys) if gpu_node else None
 
-    cpu = cpu_power_cap(profile, gpu_node, hardware, config)
-    cpu_gov = cpu_governor(profile, hardware, config)
+    cpu_profile = profile
+    if class_caps is not None and class_caps.cpu_eco_when_standard and active_perf_pods == 0:
+        # No partition to protect performance work here: the node-level CPU caps (every core
+        # no pod holds exclusively) may apply while every pod on the node is standard.
+        cpu_profile = Profile.ECO
+    cpu = cpu_power_cap(cpu_profile, gpu_node, hardware, config)
+    cpu_gov = cpu_governor(cpu_profile, hardware, config)
     if cpu_gov is not None:
         cpu = cpu.model_copy(update={"governor": cpu_gov})
+    if class_caps is not None and class_caps.cpu_standard_at_nominal:
+        cpu = cpu.model_copy(update={"class_caps": _CPU_CLASS_CAPS})
 
     gpu = None
     if gpu_node:
@@ -92,6 +104,12 @@ def node_twin_spec(
         policy=PolicySpec(name=policy_name) if policy_name else None,
     )
     return NodeIntent(spec, guard.schedulable_class)
+
+
+_CPU_CLASS_CAPS = CpuClassCaps(standard=CpuCoreCeiling(at_nominal=True))
+"""Cores a standard pod holds exclusively run no faster than nominal: above it, boost buys
+each step of frequency with a higher voltage, so energy per unit of work grows (an assumption
+the agent's ``efficient`` preset makes too). Performance pods' cores follow the node."""
 
 
 def _class_caps(rule: ClassCaps | None, optimal_w: float | None) -> GpuClassCaps | None:

@@ -103,6 +103,10 @@ class ClassCaps:
     """A board running performance work, as a percentage of its maximum (100: uncapped)."""
     standard_at_energy_optimum: bool = True
     """A board running standard work, or none, at its energy-optimal cap (the catalog's law)."""
+    cpu_standard_at_nominal: bool = True
+    """Cores a standard pod holds exclusively at their nominal (non-boost) frequency."""
+    cpu_eco_when_standard: bool = False
+    """The node-level CPU intent at eco while every pod on the node is standard."""
 
 
 @dataclass(frozen=True)
