@@ -70,6 +70,8 @@ def test_every_object_is_identified_and_namespaced_where_needed() -> None:
         ("RoleBinding", "joulie-manager-node-leases"): "kube-node-lease",
         ("Role", "joulie-manager-events"): "default",
         ("RoleBinding", "joulie-manager-events"): "default",
+        # joulie-scheduler (opt-in) reads the API server's client CA there, as kube-scheduler does.
+        ("RoleBinding", "joulie-scheduler-authentication-reader"): "kube-system",
     }
     for o in objects():
         assert o["apiVersion"], o
@@ -91,7 +93,14 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("workload", list(workloads()), ids=lambda w: w["metadata"]["name"])
+def joulie_workloads() -> Iterator[dict[str, Any]]:
+    """The workloads running Joulie's image (joulie-scheduler runs the upstream kube-scheduler)."""
+    for w in workloads():
+        if w["spec"]["template"]["spec"]["containers"][0]["image"] == "joulie":
+            yield w
+
+
+@pytest.mark.parametrize("workload", list(joulie_workloads()), ids=lambda w: w["metadata"]["name"])
 def test_workload_environment_is_a_valid_configuration(workload: dict[str, Any]) -> None:
     (container,) = workload["spec"]["template"]["spec"]["containers"]
     (arg,) = container["args"]
