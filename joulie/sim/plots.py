@@ -2,6 +2,8 @@
 
 matplotlib is imported inside each function, so that ``joulie`` and its other subcommands start
 without paying for it; the charts are bare ``Figure`` objects rendered by Agg (no display).
+It comes with the ``plots`` extra (``pip install 'joulie[plots]'``), which the role images leave
+out: without it, the first chart ends the command with one line that says so.
 
 A sweep can have many scenarios: the per-scenario charts draw the first ``MAX_PANELS`` (sorted
 by name) and say in the title how many were left out, rather than an unreadable wall of panels.
@@ -10,6 +12,7 @@ by name) and say in the title how many were left out, rather than an unreadable 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -46,8 +49,30 @@ SAVE_BBOX = "tight"
 the axes, which tight_layout ignores; an artist clipped to the axes is not taken in)."""
 
 
+class PlotsExtraMissing(SystemExit):
+    """matplotlib is not installed. A SystemExit whose code is the message: the command ends
+    with that one line on stderr (status 1), not a traceback, whoever called the chart."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "joulie: the simulator's charts need matplotlib, which comes with the plots extra: "
+            "pip install 'joulie[plots]' (or pass --no-plots)"
+        )
+
+
+def require_plots() -> None:
+    """Raise PlotsExtraMissing now when no chart could be drawn: a command that will write
+    charts can say so before a long run rather than after it."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PlotsExtraMissing()
+
+
 def _figure(width: float, height: float) -> Figure:
-    from matplotlib.figure import Figure
+    # Every chart starts here, so this is the one import that can find matplotlib missing.
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotsExtraMissing() from None
 
     # A bare Figure (no pyplot) draws its PNG with the Agg renderer without selecting a global
     # backend, so it needs no display and leaves a caller's own pyplot backend alone.
