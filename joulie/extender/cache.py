@@ -10,6 +10,7 @@ read at request time: when it is not renewed within its duration, every twin is 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import structlog
 from pydantic import ValidationError
 
 from joulie.api import keys
+from joulie.api.enums import Profile
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.nodetwin import NodeTwinStatus
 from joulie.core.score_table import ScoreTable
@@ -32,6 +34,11 @@ log = structlog.get_logger("joulie.extender")
 
 NODETWINS = f"/apis/{keys.API_VERSION}/{keys.NODE_TWIN_PLURAL}"
 NODEHARDWARES = f"/apis/{keys.API_VERSION}/{keys.NODE_HARDWARE_PLURAL}"
+NODES = "/api/v1/nodes"
+ECO_LABELLED = f"{keys.POWER_PROFILE_LABEL}={Profile.ECO.value}"
+"""The label selector of the nodes whose profile label says eco: the only Nodes the extender
+watches (their metadata alone), for the filter of a node without a twin class when
+kube-scheduler sends names."""
 
 _TWIN_FIELDS = (
     "schedulableClass",
@@ -70,6 +77,11 @@ def _problem(exc: ValidationError) -> str:
     return f"{exc.error_count()} invalid field(s); {where}: {first['msg']}"
 
 
+def _node_name(raw: Mapping[str, Any]) -> str:
+    # Interned: the same name is held by the score table and the twin cache too.
+    return sys.intern(str(raw["metadata"]["name"]))
+
+
 def twin_view(raw: Mapping[str, Any]) -> TwinView:
     name = raw["metadata"]["name"]
     status = raw.get("status") or {}
@@ -105,10 +117,20 @@ class ExtenderCache(InformerBundle):
         self.twins: Informer[TwinView] = Informer(client, NODETWINS, twin_view)
         self.hardware: Informer[HardwareView] = Informer(client, NODEHARDWARES, hardware_view)
         self.manager_lease = LeaseWatch(client, manager_namespace, keys.MANAGER_LEASE)
+        self.eco_labelled: Informer[str] = Informer(
+            client,
+            NODES,
+            _node_name,
+            resource="nodes",
+            label_selector=ECO_LABELLED,
+            metadata_only=True,
+        )
+        """Names of the nodes labelled eco (a watch leaving the selector deletes the name)."""
         self.informers: list[Informer[Any]] = [
             self.twins,
             self.hardware,
             self.manager_lease.informer,
+            self.eco_labelled,
         ]
         self.groups = groups
         """Pods and PodGroups, for the preempt verb (None: candidates are screened by node class

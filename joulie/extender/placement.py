@@ -1,10 +1,11 @@
 """The extender's decisions over its cache: the glue between kube-scheduler's requests and
 ``joulie.core.scoring``.
 
-* Filter: a performance pod is kept off nodes whose twin says eco or draining (the
-  ``joulie.io/power-profile`` label decides where there is no twin class, when kube-scheduler
-  sent whole Node objects; with names only, a node without a twin passes, as an unknown node
-  does). Standard pods pass everywhere without a look at the nodes.
+* Filter: a performance pod is kept off nodes whose twin says eco or draining; where there is
+  no twin class, the ``joulie.io/power-profile`` label decides: from the Node objects when
+  kube-scheduler sends them, else (names only, the shipped configuration) from the extender's
+  own watch of the nodes labelled eco. Standard pods pass everywhere without a look at the
+  nodes.
 * Prioritize: the score table's 0..10 priorities for the pod; every node neutral (5) while the
   manager's Lease is not current, since then no twin can be trusted.
 * Preempt: kube-scheduler's candidates screened by :mod:`joulie.core.preemption_candidates`: for
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from joulie.api import keys
+from joulie.api.enums import Profile
 from joulie.core.pod_power import is_performance_pod, pod_demand
 from joulie.core.preemption_candidates import NO_GROUPS, Candidate, screen_candidates
 from joulie.core.scoring import NEUTRAL_PRIORITY, filter_reason
@@ -51,6 +53,16 @@ class CachePlacement:
                 if terms is None or terms.schedulable_class is None:
                     label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL)
                     reasons[i] = filter_reason(True, None, label)
+            return reasons
+        eco = self.cache.eco_labelled
+        if len(eco):
+            # Names only: the nodes labelled eco are the extender's own watch. Only those are
+            # looked at (a handful, or none, against thousands of names).
+            for i, node in enumerate(nodes):
+                if reasons[i] is None and node in eco:
+                    terms = table.terms(node)
+                    if terms is None or terms.schedulable_class is None:
+                        reasons[i] = filter_reason(True, None, Profile.ECO.value)
         return reasons
 
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> Scores:

@@ -23,6 +23,11 @@ from joulie.kube import metrics
 from joulie.kube.k8s_library import ApiClient, Configuration, k8s_config
 
 JSON: Final = "application/json"
+METADATA_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Accept header for a list of objects' metadata only (names, labels): a fraction of the bytes
+and of the decoding of whole objects, for a watcher that reads nothing else."""
+METADATA: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""Accept header for a watch of objects' metadata only."""
 MERGE_PATCH: Final = "application/merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
@@ -162,9 +167,10 @@ class KubeClient:
         body: Any,
         content_type: str,
         timeout: float | aiohttp.ClientTimeout | None,
+        accept: str = JSON,
     ) -> aiohttp.ClientResponse:
         query = [(k, _param(v)) for k, v in params.items()]
-        headers = {"Accept": JSON, "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         # kubernetes-asyncio serialises the body itself for JSON content types (an apply patch
         # is sent as JSON too, which is valid YAML).
         response: aiohttp.ClientResponse = await self._api.call_api(
@@ -188,6 +194,7 @@ class KubeClient:
         body: Any = None,
         content_type: str = JSON,
         timeout: float = 30.0,
+        accept: str = JSON,
     ) -> Any:
         """One request; the decoded JSON answer, or ApiError for an error status."""
         params = params or {}
@@ -195,7 +202,7 @@ class KubeClient:
         started = time.perf_counter()
         code = "error"
         try:
-            response = await self._send(method, path, params, body, content_type, timeout)
+            response = await self._send(method, path, params, body, content_type, timeout, accept)
             async with response:
                 code = str(response.status)
                 raw = await response.read()
@@ -212,6 +219,7 @@ class KubeClient:
         params: Mapping[str, Any],
         idle_timeout: float,
         on_open: Callable[[], None] | None = None,
+        accept: str = JSON,
     ) -> AsyncIterator[dict[str, Any]]:
         """Events of one watch request, decoded, until the server ends the stream.
 
@@ -227,7 +235,7 @@ class KubeClient:
         started = time.perf_counter()
         code = "error"
         try:
-            response = await self._send("GET", path, params, None, JSON, timeout)
+            response = await self._send("GET", path, params, None, JSON, timeout, accept)
             async with response:
                 code = str(response.status)
                 if response.status >= 300:

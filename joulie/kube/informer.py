@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 
 from joulie.kube import metrics
-from joulie.kube.client import ApiError, KubeClient, MalformedEvent
+from joulie.kube.client import METADATA, METADATA_LIST, ApiError, KubeClient, MalformedEvent
 
 T = TypeVar("T")
 
@@ -105,6 +105,7 @@ class Informer(Generic[T]):
         resource: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        metadata_only: bool = False,
         indexers: Mapping[str, Indexer[T]] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
@@ -120,6 +121,11 @@ class Informer(Generic[T]):
             for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector))
             if v
         }
+        self._accept: tuple[dict[str, str], dict[str, str]] = (
+            ({"accept": METADATA_LIST}, {"accept": METADATA}) if metadata_only else ({}, {})
+        )
+        """Accept headers of the list and of the watch, when not JSON: with ``metadata_only``
+        the server sends each object's metadata alone (the projection sees nothing else)."""
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._idle_timeout = idle_timeout
@@ -169,6 +175,9 @@ class Informer(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._store)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._store
 
     def by_index(self, index: str, value: str) -> list[T]:
         keys = self._indexes[index].get(value, ())
@@ -236,7 +245,9 @@ class Informer(Generic[T]):
         resource_version = ""
         while True:
             try:
-                page = await self._client.request("GET", self._path, params=params, timeout=60)
+                page = await self._client.request(
+                    "GET", self._path, params=params, timeout=60, **self._accept[0]
+                )
             except ApiError as exc:
                 if exc.gone and "continue" in params:
                     # The continue token outlived its snapshot: start the list over.
@@ -279,7 +290,11 @@ class Informer(Generic[T]):
 
         try:
             async for event in self._client.watch(
-                self._path, params=params, idle_timeout=self._idle_timeout, on_open=on_open
+                self._path,
+                params=params,
+                idle_timeout=self._idle_timeout,
+                on_open=on_open,
+                **self._accept[1],
             ):
                 self._apply(event)
                 self._touch()

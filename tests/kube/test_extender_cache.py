@@ -221,3 +221,47 @@ async def test_a_twin_whose_reading_failed_is_neutral(
     assert scores[1] == NEUTRAL
     # The filter still knows its class: a performance pod stays off it.
     assert placement.filter(performance_pod(), [failed], None)[0] is not None
+
+
+async def test_names_only_a_performance_pod_is_kept_off_a_twinless_node_labelled_eco(
+    cluster: LocalCluster, world: World, placement: CachePlacement
+) -> None:
+    """The shipped configuration sends names, not Nodes: the extender's own metadata-only watch
+    of the eco label keeps the fallback, and a node relabelled performance is let in again."""
+    labelled, plain = world.nodes[:2]
+    nodes = "/api/v1/nodes"
+    with cluster.api() as api:
+        for node, labels in ((labelled, {keys.POWER_PROFILE_LABEL: "eco"}), (plain, {})):
+            api.post(
+                nodes,
+                json={
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": node, "labels": labels},
+                },
+            ).raise_for_status()
+    try:
+        cache = placement.cache
+        await until(lambda: placement.ready() and labelled in cache.eco_labelled, "the eco label")
+        assert plain not in cache.eco_labelled  # only the labelled nodes are watched
+        verdicts = placement.filter(performance_pod(), [labelled, plain], None)
+        assert "eco" in str(verdicts[0])
+        assert verdicts[1] is None
+        assert placement.filter(performance_pod(False), [labelled, plain], None) == [None, None]
+        # A twin class, where there is one, still decides over the label.
+        world.twin(labelled, twin_status("performance", measured=100))
+        await until(lambda: labelled in cache.table, "the twin")
+        assert placement.filter(performance_pod(), [labelled], None) == [None]
+        world.twin(labelled, {"schedulableClass": None})
+        with cluster.api() as api:
+            api.patch(
+                f"{nodes}/{labelled}",
+                headers={"Content-Type": "application/merge-patch+json"},
+                json={"metadata": {"labels": {keys.POWER_PROFILE_LABEL: "performance"}}},
+            ).raise_for_status()
+        await until(lambda: labelled not in cache.eco_labelled, "the relabelled node to leave")
+        assert placement.filter(performance_pod(), [labelled], None) == [None]
+    finally:
+        with cluster.api() as api:
+            for node in (labelled, plain):
+                api.delete(f"{nodes}/{node}")
