@@ -413,10 +413,15 @@ def extender_filter_calls(extender: Extender) -> float:
 
 
 def test_the_shipped_scheduler_asks_the_extender_as_the_example_configuration_does(
-    shipped: Shipped,
+    cluster: LocalCluster, shipped: Shipped
 ) -> None:
     """The two set-ups (the extender in the cluster's own kube-scheduler, or joulie-scheduler)
-    make the same calls with the same weight, and the Deployment runs the ConfigMap's file."""
+    make the same calls with the same weight, the Deployment runs the ConfigMap's file, and the
+    API server takes every object as written (no unknown or misspelt field)."""
+    checked = cluster.kubectl(
+        "apply", "--dry-run=server", "--validate=strict", "-k", str(SHIPPED)
+    ).stdout
+    assert "deployment.apps/joulie-scheduler created (server dry run)" in checked, checked
     example = yaml.safe_load(EXAMPLE.read_text())
     assert shipped.config["extenders"] == example["extenders"]
     assert [p["schedulerName"] for p in shipped.config["profiles"]] == [NAME]
