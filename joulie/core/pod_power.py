@@ -204,7 +204,7 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
 # --- nodes --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodePowerProfile:
     """What a node can draw, as far as the pod power estimate needs it."""
 

@@ -15,9 +15,8 @@ from joulie.api.workload import DisruptionMode
 from joulie.cli import main as cli
 from joulie.core.pod_power import pod_demand
 from joulie.core.score_table import ScoreTable
-from joulie.core.scoring import node_terms
 from joulie.core.twin import PowerHistory, display_value
-from joulie.extender.cache import hardware_view, twin_view
+from joulie.extender.cache import hardware_view, twin_view, view_terms
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.simulated import simulated_hardware
 from joulie.sim.engine import Engine
@@ -106,8 +105,8 @@ def test_the_simulated_extender_scores_as_the_extender_does_on_the_same_twins() 
         hardware = hardware_view(
             {"metadata": {"name": name}, "status": simulated_hardware(model.summary, _catalog())}
         )
-        assert twin.status is not None
-        extender.set(name, node_terms(twin.status, hardware.status, fresh=twin.source_ok))
+        assert twin.terms is not None
+        extender.set(name, view_terms(twin, hardware))
     assert engine.table is not None
     pods = list({j.workload.kind: j.workload for j in engine.run.jobs}.values())
     scores: set[float] = set()
