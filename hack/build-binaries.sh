@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries used by Joulie's integration and scale tests
 # (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok)
-# from Go modules, into a cache outside the checkout:
+# and helm (which renders, lints and installs charts/joulie) from Go modules, into a cache outside the checkout:
 #
 #   ${JOULIE_K8S_CACHE:-$HOME/.cache/joulie/k8s}/<KUBERNETES_VERSION>/bin/
 #
 # Versions come from hack/versions.env; the exact dependency graph comes from
-# the committed wrapper modules hack/{k8s,etcd,kwok}/go.{mod,sum}. Only a Go
+# the committed wrapper modules hack/{k8s,etcd,kwok,helm}/go.{mod,sum}. Only a Go
 # toolchain and the Go module proxy are needed.
 #
 # Idempotent: a component whose binaries exist and whose stamp matches the
 # current recipe is skipped, so a second run returns in well under a second.
 # A cold build of everything takes tens of minutes on 2 cores.
 #
-# Usage: hack/build-binaries.sh [options] [k8s|etcd|kwok ...]
-#   (no component names = all three)
+# Usage: hack/build-binaries.sh [options] [k8s|etcd|kwok|helm ...]
+#   (no component names = all four)
 #   --force          rebuild even when up to date
 #   --check          build nothing; exit 0 if up to date, 1 otherwise
 #   --verify         afterwards run each binary's version command
@@ -42,7 +42,7 @@ BIN_DIR="${VERSION_DIR}/bin"
 STAMP_DIR="${VERSION_DIR}/stamps"
 STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 
-ALL_COMPONENTS=(etcd kwok k8s)   # cheap ones first: early feedback
+ALL_COMPONENTS=(etcd kwok helm k8s)   # cheap ones first: early feedback
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 binaries_of() {
@@ -50,6 +50,7 @@ binaries_of() {
         k8s) echo "${K8S_COMMANDS[@]}" ;;
         etcd) echo etcd ;;
         kwok) echo kwok ;;
+        helm) echo helm ;;
     esac
 }
 
@@ -64,7 +65,7 @@ while (( $# > 0 )); do
         --verify) verify=1 ;;
         --print-bin-dir) echo "${BIN_DIR}"; exit 0 ;;
         -h|--help) usage; exit 0 ;;
-        k8s|etcd|kwok) components+=("$1") ;;
+        k8s|etcd|kwok|helm) components+=("$1") ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -87,6 +88,8 @@ check_modules() {
         || { log "hack/etcd/go.mod does not pin go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"; bad=1; }
     grep -q "sigs.k8s.io/kwok ${KWOK_VERSION}\( \|\$\)" "${HACK_DIR}/kwok/go.mod" \
         || { log "hack/kwok/go.mod does not pin sigs.k8s.io/kwok ${KWOK_VERSION}"; bad=1; }
+    grep -q "helm.sh/helm/v4 ${HELM_VERSION}\( \|\$\)" "${HACK_DIR}/helm/go.mod" \
+        || { log "hack/helm/go.mod does not pin helm.sh/helm/v4 ${HELM_VERSION}"; bad=1; }
     if (( bad )); then
         log "hack/versions.env and the wrapper modules disagree; run hack/update-go-modules.sh and commit the result"
         exit 1
@@ -104,6 +107,7 @@ version_of() {
         k8s) echo "${KUBERNETES_VERSION}" ;;
         etcd) echo "${ETCD_VERSION}" ;;
         kwok) echo "${KWOK_VERSION}" ;;
+        helm) echo "${HELM_VERSION}" ;;
     esac
 }
 
@@ -139,6 +143,7 @@ verify_binaries() {
             # Full output first: piping into head could SIGPIPE the binary.
             case "${b}" in
                 kubectl) out="$("${BIN_DIR}/${b}" version --client 2>&1)" ;;
+                helm) out="$("${BIN_DIR}/${b}" version --short 2>&1)" ;;
                 *) out="$("${BIN_DIR}/${b}" --version 2>&1)" ;;
             esac || { log "verify: ${b} failed: ${out}"; rc=1; continue; }
             log "verify: ${b}: ${out%%$'\n'*}"
@@ -148,7 +153,7 @@ verify_binaries() {
 }
 
 if (( ${#todo[@]} == 0 )); then
-    log "up to date: ${components[*]} in ${BIN_DIR} (kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}); nothing to do ($(( SECONDS - START ))s)"
+    log "up to date: ${components[*]} in ${BIN_DIR} (kubernetes ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, helm ${HELM_VERSION}); nothing to do ($(( SECONDS - START ))s)"
     (( ! verify )) || verify_binaries
     exit 0
 fi
@@ -263,6 +268,18 @@ build_kwok() {
     (cd "${HACK_DIR}/kwok" && "${GO}" build -trimpath -ldflags "-s -w" -o "${out}/kwok" sigs.k8s.io/kwok/cmd/kwok) \
         || { log "kwok: go build failed"; return 1; }
     install_binaries kwok "${out}"
+}
+
+build_helm() {
+    local out="${TMP_DIR}/helm" v=helm.sh/helm/v4/internal/version
+    mkdir -p "${out}"
+    download_modules helm || return 1
+    # What upstream's Makefile sets for a tagged release (no "+unreleased" metadata).
+    log "helm: go build helm (helm.sh/helm/v4 ${HELM_VERSION})"
+    (cd "${HACK_DIR}/helm" && "${GO}" build -trimpath \
+        -ldflags "-s -w -X ${v}.version=${HELM_VERSION} -X ${v}.metadata= -X ${v}.gitTreeState=clean" \
+        -o "${out}/helm" helm.sh/helm/v4/cmd/helm) || { log "helm: go build failed"; return 1; }
+    install_binaries helm "${out}"
 }
 
 failed=()

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Regenerate the wrapper Go modules under hack/{k8s,etcd,kwok} from
+# Regenerate the wrapper Go modules under hack/{k8s,etcd,kwok,helm} from
 # hack/versions.env: writes go.mod, then runs `go mod tidy` to refresh go.sum.
 # Needs the Go module proxy (and its checksum-database mirror). Commit the
 # resulting go.mod/go.sum files; hack/build-binaries.sh builds from them with
 # -mod=readonly.
 #
-# Usage: hack/update-go-modules.sh [k8s|etcd|kwok ...]   (default: all three)
+# Usage: hack/update-go-modules.sh [k8s|etcd|kwok|helm ...]   (default: all four)
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -132,12 +132,34 @@ update_kwok() {
     (cd "${dir}" && "${GO}" mod tidy)
 }
 
+update_helm() {
+    local dir="${HACK_DIR}/helm" hmod
+    log "helm: helm.sh/helm/v4 ${HELM_VERSION}"
+    hmod="$(modfile_of "helm.sh/helm/v4@${HELM_VERSION}")"
+    [[ -f "${hmod}" ]] || { log "could not download go.mod of helm ${HELM_VERSION}"; exit 1; }
+    {
+        echo "${HEADER}"
+        echo "// Builds the helm CLI from helm.sh/helm/v4 ${HELM_VERSION}."
+        echo
+        echo "module joulie/hack/helm"
+        echo
+        echo "go $(go_line_of "${hmod}")"
+        echo
+        echo "tool helm.sh/helm/v4/cmd/helm"
+        echo
+        echo "require helm.sh/helm/v4 ${HELM_VERSION}"
+    } > "${dir}/go.mod"
+    rm -f "${dir}/go.sum"
+    log "helm: go mod tidy"
+    (cd "${dir}" && "${GO}" mod tidy)
+}
+
 components=("$@")
-(( ${#components[@]} > 0 )) || components=(k8s etcd kwok)
+(( ${#components[@]} > 0 )) || components=(k8s etcd kwok helm)
 for c in "${components[@]}"; do
     case "${c}" in
-        k8s|etcd|kwok) "update_${c}" ;;
-        *) echo "unknown component: ${c} (want k8s, etcd or kwok)" >&2; exit 2 ;;
+        k8s|etcd|kwok|helm) "update_${c}" ;;
+        *) echo "unknown component: ${c} (want k8s, etcd, kwok or helm)" >&2; exit 2 ;;
     esac
 done
 log "done; review and commit hack/*/go.mod and hack/*/go.sum"
