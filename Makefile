@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test demo install binaries prometheus lint typecheck pytest generate crds docs image clean \
 	cluster-up cluster-down bench-cluster bench-informer bench-simulator bench-manager bench-twin bench-simulate bench-agent-pool bench-agent-daemon \
-	bench-extender bench-lifecycle bench-hostile
+	bench-extender bench-lifecycle bench-hostile chart-lint
 
 # Everything CI runs: install, static checks, the control-plane binaries, then every test
 # (unit tests, and the kube tests against a real API server, scheduler and KWOK).
-test: install lint typecheck binaries prometheus pytest
+test: install lint typecheck binaries chart-lint prometheus pytest
 
 # Under `make test` the tests that need Prometheus fail when it is missing instead of skipping.
 test: PYTEST_ENV := JOULIE_REQUIRE_PROMETHEUS=1
@@ -36,6 +36,19 @@ $(STAMP): pyproject.toml
 # Go modules into ~/.cache/joulie/k8s (about 11 minutes on 2 cores the first time, then seconds).
 binaries:
 	hack/build-binaries.sh
+
+# charts/joulie: `helm lint --strict` and `helm template` with the default values, the KWOK values
+# and every option on (helm is built by `make binaries`; tests/kube/test_helm_chart.py holds the
+# chart and manifests/ equal).
+HELM = $(shell hack/build-binaries.sh --print-bin-dir)/helm
+CHART_ALL_ON := agentPool.enabled=true,simulator.enabled=true,manager.lifecycleRBAC.kwok=true,manager.lifecycleRBAC.clusterApi=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,namespace.create=true
+chart-lint: binaries
+	$(HELM) lint --strict charts/joulie
+	$(HELM) lint --strict charts/joulie --values charts/joulie/ci/kwok-values.yaml
+	$(HELM) lint --strict charts/joulie --set $(CHART_ALL_ON)
+	$(HELM) template joulie charts/joulie --namespace joulie-system --include-crds > /dev/null
+	$(HELM) template joulie charts/joulie --namespace joulie-system --values charts/joulie/ci/kwok-values.yaml > /dev/null
+	$(HELM) template joulie charts/joulie --namespace joulie-system --set $(CHART_ALL_ON) > /dev/null
 
 # The simulator's e2e tests scrape it with a real Prometheus: Debian's package, installed when
 # missing (as root), otherwise the script says how to install it.
@@ -110,6 +123,7 @@ generate: crds docs
 
 crds: install
 	$(BIN)/joulie crds --dir manifests/crds
+	$(BIN)/joulie crds --dir charts/joulie/crds
 
 docs: install
 	$(BIN)/python -m joulie.cli.docs docs/configuration.md
