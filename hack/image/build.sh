@@ -6,7 +6,7 @@
 #   2. buildah imports the tarball as the image localhost/joulie-base:<suite>-<key>;
 #   3. buildah builds the Dockerfile with --build-arg BASE=<that image>;
 #   4. the image is checked by running `joulie --version`, `joulie config --role manager` and
-#      `joulie crds` in it, and its size is printed.
+#      `joulie crds` in it and by finding no matplotlib there, and its size is printed.
 #
 # hack/image/README.md says why each step is done this way. Settings (environment):
 #   IMAGE             the tag to build (default: joulie:<version in pyproject.toml>)
@@ -77,8 +77,10 @@ case "$SUITE" in
 esac
 
 # python3 is the runtime; python3-venv (with the pip and setuptools wheels it brings) lets the
-# build stage make /opt/joulie; ca-certificates lets pip, and joulie, verify TLS peers.
-packages=python3,python3-venv,ca-certificates
+# build stage make /opt/joulie; ca-certificates lets pip, and joulie, verify TLS peers;
+# libstdc++6 is what numpy's and grpcio's wheels link against and do not carry (Debian's slim
+# images have it through apt, which the essential variant leaves out).
+packages=python3,python3-venv,ca-certificates,libstdc++6
 # "essential" is the smallest variant that is still a working Debian: no apt and no Priority:
 # important/standard packages, nothing the image runs. Debian 12 needs merged /usr set up by
 # the hook, or usrmerge (and with it all of perl, ~50 MB) is pulled in to do it.
@@ -183,6 +185,12 @@ check crds joulie crds
 grep -q '^kind: CustomResourceDefinition' "$out/crds" || die "joulie crds printed no CustomResourceDefinition"
 uid="$(buildah run --isolation "$BUILDAH_ISOLATION" "$ctr" -- python3 -c 'import os; print(os.getuid())')"
 [[ "$uid" == 65532 ]] || die "the checks ran as uid $uid, not 65532"
+# The plots extra is for the simulator's charts on a workstation, not for the roles.
+if buildah run --isolation "$BUILDAH_ISOLATION" "$ctr" -- \
+    python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("matplotlib") is None)' \
+    2>/dev/null; then
+    die "matplotlib is in the image: the Dockerfile must install requirements-image.txt, no extras"
+fi
 
 size="$(buildah images --format '{{.Size}}' "$IMAGE" | head -n1)"
 base_size="$(buildah images --format '{{.Size}}' "$BASE" | head -n1)"
