@@ -10,6 +10,7 @@ be used logs a warning and the default stays.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,36 +71,60 @@ that any value but the ones it lists is an error."""
 # --- value types -------------------------------------------------------------------------------
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.ASCII)
-_PLAIN_SECONDS = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
+_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 MAX_DURATION_S: Final = 366 * 86400.0
 """The longest duration any variable takes: a year. Longer is a typo (99999999999h was accepted,
 and the process then never did what the variable times)."""
+MIN_DURATION_S: Final = 0.001
+"""The shortest duration other than zero: a millisecond, the finest unit taken and shown
+(0.0001 was accepted and shown as "0ms")."""
+
+
+def check_duration_range(seconds: float) -> float:
+    """``seconds`` if it is zero or a finite span from :data:`MIN_DURATION_S` to
+    :data:`MAX_DURATION_S`; else ``ValueError`` saying which bound it misses. Applied to a value
+    given in seconds too (a simulator ``--param ..._s``), where no unit is written."""
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{seconds} is not a finite duration")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{seconds:g} s is longer than a year ({format_duration(MAX_DURATION_S)})")
+    if 0 < seconds < MIN_DURATION_S:
+        raise ValueError(f"{seconds:g} s is shorter than a millisecond, the finest unit taken")
+    return seconds
 
 
 def parse_duration(text: object) -> object:
-    """Go-style durations (``1m30s``, ``500ms``, ``2h``) or plain seconds, to float seconds.
-    Digits are ASCII only (``float`` reads other scripts' digits: one second in Arabic-Indic
-    digits had passed), and nothing past :data:`MAX_DURATION_S` is taken."""
+    """Go-style durations (``1m30s``, ``500ms``, ``2h``; ``0`` alone needs no unit) to float
+    seconds. A number without a unit is refused, as Go's parser refuses it: ``10`` could mean
+    seconds or milliseconds, and the docs always write a unit. Digits are ASCII only (``float``
+    reads other scripts' digits: one second in Arabic-Indic digits had passed), and the result
+    is within :func:`check_duration_range`."""
     if not isinstance(text, str):
         return text
     s = text.strip()
     if len(s) > 64:
         raise ValueError(f"not a duration: {text[:64]!r}... ({len(text)} characters)")
-    if _PLAIN_SECONDS.fullmatch(s):
-        total = float(s)
-    else:
-        pos, total = 0, 0.0
-        for m in _DURATION_PART.finditer(s):
-            if m.start() != pos:
-                break
-            total += float(m[1]) * _UNIT_SECONDS[m[2]]
-            pos = m.end()
-        if pos != len(s) or not s:
-            raise ValueError(f"not a duration: {text!r}")
-    if total > MAX_DURATION_S:
-        raise ValueError(f"{text!r} is longer than a year ({format_duration(MAX_DURATION_S)})")
-    return total
+    if _PLAIN_NUMBER.fullmatch(s):
+        if float(s) == 0:
+            return 0.0
+        raise ValueError(f"{s!r} has no unit: write {s}s for seconds (or ms, m, h)")
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m[1]) * _UNIT_SECONDS[m[2]]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"not a duration: {text!r}")
+    try:
+        return check_duration_range(total)
+    except ValueError:
+        if total > MAX_DURATION_S:
+            raise ValueError(
+                f"{text!r} is longer than a year ({format_duration(MAX_DURATION_S)})"
+            ) from None
+        raise ValueError(f"{text!r} is shorter than a millisecond, the finest unit taken") from None
 
 
 def format_duration(seconds: float) -> str:
@@ -134,7 +159,9 @@ def parse_json(value: object) -> object:
     return value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration), at.Gt(0)]
+Duration = Annotated[
+    float, BeforeValidator(parse_duration), at.Gt(0), AfterValidator(check_duration_range)
+]
 """A positive time span, stored in seconds."""
 
 CommaList = Annotated[list[str], BeforeValidator(_split_list)]
@@ -471,17 +498,20 @@ def _bounds(info: FieldInfo) -> str:
     def show(value: Any) -> str:
         return format_duration(float(value)) if _is_duration(info) else describe_value(value)
 
-    parts = []
+    # The strictest bound on each side only: a Duration is > 0s by type, and a variable that
+    # adds ">= 1s" should not read "> 0s and >= 1s".
+    lower: tuple[Any, str] | None = None
+    upper: tuple[Any, str] | None = None
     for m in info.metadata:
-        if isinstance(m, at.Ge):
-            parts.append(f">= {show(m.ge)}")
-        elif isinstance(m, at.Gt):
-            parts.append(f"> {show(m.gt)}")
-        elif isinstance(m, at.Le):
-            parts.append(f"<= {show(m.le)}")
-        elif isinstance(m, at.Lt):
-            parts.append(f"< {show(m.lt)}")
-    return " and ".join(parts)
+        if isinstance(m, at.Ge | at.Gt):
+            low: Any = m.ge if isinstance(m, at.Ge) else m.gt
+            if lower is None or low > lower[0]:
+                lower = (low, f"{'>=' if isinstance(m, at.Ge) else '>'} {show(low)}")
+        elif isinstance(m, at.Le | at.Lt):
+            high: Any = m.le if isinstance(m, at.Le) else m.lt
+            if upper is None or high < upper[0]:
+                upper = (high, f"{'<=' if isinstance(m, at.Le) else '<'} {show(high)}")
+    return " and ".join(bound[1] for bound in (lower, upper) if bound is not None)
 
 
 def accepts(info: FieldInfo) -> str:
@@ -500,7 +530,7 @@ def accepts(info: FieldInfo) -> str:
     bounds = _bounds(info)
     suffix = f" {bounds}" if bounds else ""
     if _is_duration(info):
-        return f"a duration such as 500ms, 30s, 1m or 1h30m,{suffix}"
+        return f"a duration with its unit, such as 500ms, 30s, 1m or 1h30m,{suffix}"
     if annotation is bool:
         return "true or false"
     if annotation is int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie import __version__
+from joulie.cli.errors import EXIT_INTERRUPTED, os_error_line
 from joulie.core.policies import PARAMETERS, POLICIES, Parameter, PolicyType, Reads
 from joulie.process.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
 from joulie.process.settings import ProcessSettings
@@ -101,8 +102,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: 0 done, 1 the cluster could not be used or a run failed, 2 bad options,
+    settings or files, 130 interrupted."""
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(parser, args)
+    except BrokenPipeError:
+        raise  # the entry point ends quietly, as Unix tools do
+    except OSError as exc:
+        print(os_error_line(exc), file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        # Ctrl-C: one line instead of the traceback of wherever the work happened to be.
+        print("\njoulie: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.role is not None and args.command is not None:
+        print(
+            f"joulie: --role runs roles and takes no subcommand (got {args.command!r}); "
+            f"run `joulie --role={args.role}` or `joulie {args.command} ...` on its own",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     if args.command == "crds":
         return _crds(args.dir)
     if args.command == "config":
@@ -162,6 +186,16 @@ def _report_problems(loaded: list[Loaded[Any]]) -> bool:
 def _load(roles_text: str) -> tuple[list[RoleSpec], list[Loaded[Any]]] | None:
     """The roles named and their settings from the environment; None (after saying why) for an
     unknown role."""
+    names = [n.strip() for n in roles_text.split(",") if n.strip()]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        # A process runs each role once; a repeat is a typo that would otherwise pass unseen.
+        print(
+            f"joulie: role {', '.join(map(repr, repeated))} named more than once in "
+            f"{roles_text!r}; name each role once",
+            file=sys.stderr,
+        )
+        return None
     try:
         specs = parse_roles(roles_text)
     except UnknownRoleError as exc:

@@ -214,13 +214,14 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit status: 0 done, 1 a run failed or runs are missing, 2 bad options or inputs."""
+    """Exit status: 0 done, 1 a run failed or runs are missing, 2 bad options or inputs. A file
+    that cannot be read or written reaches the CLI's own handler (``joulie: PATH: reason``)."""
     from joulie.sim.sweep import RunFailed
     from joulie.sim.sweep_job import SweepError
 
     try:
         return _command(args)
-    except (UsageError, SweepError, ValueError, OSError) as exc:
+    except (UsageError, SweepError, ValueError) as exc:
         print(f"joulie simulate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RunFailed as exc:

@@ -154,8 +154,9 @@ class _NodesAndPolicy(LifecycleSettings):
     """Nodes carrying this label with value "true" are left out of the plan."""
 
     # -- policy -------------------------------------------------------------------------------
-    reconcile_interval: Duration = 60.0
-    """Time between full reconciles (events trigger extra ones); also the rule_swap_v1 phase."""
+    reconcile_interval: Annotated[Duration, Field(ge=1)] = 60.0
+    """Time between full reconciles (events trigger extra ones); also the rule_swap_v1 phase.
+    At least a second: the manager reads the whole cluster each time."""
     policy_type: PolicyType = PolicyType.STATIC_PARTITION
     """The policy that decides how many nodes stay in performance (joulie.core.policies lists
     them; rule_swap_v1 is for debugging). Each policy's own variables follow."""

@@ -25,6 +25,7 @@ before the key existed.
 from __future__ import annotations
 
 import itertools
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -224,7 +225,9 @@ def run_all(
             results[i] = _run_one(runner, i, spec)
             report((i + 1) / len(specs))
     else:
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(specs)))
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(specs)), initializer=_leave_interrupts_to_parent
+        )
         try:
             pending = {pool.submit(runner, spec): i for i, spec in enumerate(specs)}
             _drain(pending, specs, results, report)
@@ -233,6 +236,12 @@ def run_all(
             raise
         pool.shutdown()
     return [r for r in results if r is not None]
+
+
+def _leave_interrupts_to_parent() -> None:
+    """A worker ignores Ctrl-C: the terminal sends SIGINT to the whole process group, and the
+    parent, which stops the pool, says so in one line; each worker would print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:

@@ -287,8 +287,26 @@ def test_duration_forms() -> None:
     assert parse_duration("500ms") == 0.5
     assert parse_duration("2h") == 7200
     assert parse_duration("1h30m15s") == 5415
-    assert parse_duration("45") == 45
+    assert parse_duration("0") == 0
     assert format_duration(0.25) == "250ms"
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ("10", "'10' has no unit: write 10s"),
+        ("0.0001", "'0.0001' has no unit"),
+        ("0.1ms", "shorter than a millisecond"),
+        ("inf", "not a duration"),
+        ("1e400", "not a duration"),
+        ("0.5s", "must be at least 1s"),
+    ],
+)
+def test_a_reconcile_interval_needs_a_unit_and_a_sane_range(value: str, detail: str) -> None:
+    (problem,) = ManagerSettings.from_env({"RECONCILE_INTERVAL": value}).problems
+    assert problem.variable == "RECONCILE_INTERVAL"
+    assert detail in problem.detail
+    assert "with its unit" in problem.accepted
 
 
 WEBHOOK = {"LIFECYCLE_MODE": "enforce", "LIFECYCLE_ACTUATOR": "webhook"}

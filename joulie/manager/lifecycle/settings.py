@@ -12,9 +12,18 @@ from joulie.api.lifecycle import MatrixError, load_matrix
 from joulie.core.lifecycle import LifecycleConfig
 from joulie.core.lifecycle_limits import Limits
 from joulie.manager.lifecycle import actuators
-from joulie.settings import Accepts, Duration, EnvSettings, Problem, parse_duration
+from joulie.settings import (
+    Accepts,
+    Duration,
+    EnvSettings,
+    Problem,
+    check_duration_range,
+    parse_duration,
+)
 
-DurationOrZero = Annotated[float, BeforeValidator(parse_duration), at.Ge(0)]
+DurationOrZero = Annotated[
+    float, BeforeValidator(parse_duration), at.Ge(0), AfterValidator(check_duration_range)
+]
 """A time span in seconds where 0 means "none"."""
 
 

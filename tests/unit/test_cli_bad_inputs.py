@@ -1,0 +1,108 @@
+"""Bad input to `joulie` as a new user types it: each gets one clear line on standard error and
+the documented exit status (2 for options, settings and files; 130 for Ctrl-C), never a
+traceback, a hang or a silent exit 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from joulie.cli import main as cli
+from joulie.manager.settings import ManagerSettings
+from tests.support.interrupts import interruptible
+
+JOULIE = str(Path(sys.executable).parent / "joulie")
+
+
+def joulie(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k.lower() not in ManagerSettings.model_fields}
+    return subprocess.run(
+        [JOULIE, *args], env={**clean, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+# --- the top-level handler ---------------------------------------------------------------
+
+
+def test_ctrl_c_in_simulate_prints_one_line_and_exits_130() -> None:
+    process = subprocess.Popen(
+        [JOULIE, "simulate", "-q", "--inventory", "exp02-5k", "--hours", "168"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
+    time.sleep(3)  # well inside the first run (a week on 5,000 nodes takes minutes)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert one_line(err) == "joulie: interrupted"
+
+
+def test_crds_into_a_folder_that_cannot_exist_names_it() -> None:
+    result = joulie("crds", "--dir", "/proc/x")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == "joulie: /proc/x: No such file or directory"
+
+
+def test_a_missing_sweep_file_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert cli(["simulate", "sweep", str(missing)]) == 2
+    assert one_line(capsys.readouterr().err) == f"joulie: {missing}: No such file or directory"
+
+
+def test_an_output_folder_that_cannot_be_made_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", "-q", "--inventory", "exp02", "--hours", "1", "--baselines", "A"]
+    assert cli([*argv, "--output", "/proc/nope"]) == 2
+    assert one_line(capsys.readouterr().err) == "joulie: /proc/nope: No such file or directory"
+
+
+# --- roles -----------------------------------------------------------------------------------
+
+
+def test_role_with_a_subcommand_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["--role=manager", "crds"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "--role runs roles and takes no subcommand (got 'crds')" in line
+
+
+@pytest.mark.parametrize("argv", [["--role=manager,manager"], ["config", "--role", "agent,agent"]])
+def test_a_role_named_twice_is_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(argv) == 2
+    assert "named more than once" in one_line(capsys.readouterr().err)
+
+
+# --- durations -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("10", "'10' has no unit: write 10s for seconds"),
+        ("0.0001", "'0.0001' has no unit"),
+        ("0.1ms", "'0.1ms' is shorter than a millisecond"),
+        ("inf", "not a duration: 'inf'"),
+        ("1e400", "not a duration: '1e400'"),
+    ],
+)
+def test_a_reconcile_interval_without_unit_or_out_of_range_is_refused(
+    value: str, reason: str
+) -> None:
+    result = joulie("config", "--role", "manager", RECONCILE_INTERVAL=value)
+    assert result.returncode == 2
+    assert f"RECONCILE_INTERVAL={value!r}: {reason}" in result.stderr
