@@ -405,11 +405,15 @@ class LocalCluster:
             config["extenders"] = self.scheduler_extenders
         return config
 
-    def use_extender(self, url_prefix: str | None, timeout: float = 120) -> None:
+    def use_extender(
+        self, url_prefix: str | None, timeout: float = 120, *, config: Path | None = None
+    ) -> None:
         """Restart kube-scheduler calling the Joulie extender at ``url_prefix``, configured as
-        the project's manifest configures it (manifests/extender/
+        the project's manifest ``config`` configures it (by default manifests/extender/
         kube-scheduler-config.example.yaml); None restarts it without extenders."""
-        self.scheduler_extenders = [] if url_prefix is None else [manifest_extender(url_prefix)]
+        self.scheduler_extenders = (
+            [] if url_prefix is None else [manifest_extender(url_prefix, config or EXTENDER_CONFIG)]
+        )
         self.stop_component("scheduler")
         self._write_scheduler_config()
         self.start_component("scheduler", timeout)
@@ -640,16 +644,17 @@ class LocalCluster:
                 time.sleep(0.5)
 
 
-EXTENDER_CONFIG = (
-    Path(__file__).resolve().parents[2] / "manifests/extender/kube-scheduler-config.example.yaml"
-)
+_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests/extender"
+EXTENDER_CONFIG = _MANIFESTS / "kube-scheduler-config.example.yaml"
+"""The shipped configuration: filter, prioritize and preempt."""
+PRIORITIZE_ONLY_CONFIG = _MANIFESTS / "kube-scheduler-config.prioritize-only.yaml"
+"""The shipped configuration for a policy that leaves no node eco or draining: no filter."""
 
 
-def manifest_extender(url_prefix: str) -> dict[str, Any]:
-    """The Joulie entry of the manifest's KubeSchedulerConfiguration, pointed at ``url_prefix``
+def manifest_extender(url_prefix: str, config: Path = EXTENDER_CONFIG) -> dict[str, Any]:
+    """The Joulie entry of a shipped KubeSchedulerConfiguration, pointed at ``url_prefix``
     (a local extender instead of the in-cluster Service)."""
-    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
-    (extender,) = config["extenders"]
+    (extender,) = yaml.safe_load(config.read_text())["extenders"]
     return {**extender, "urlPrefix": url_prefix}
 
 

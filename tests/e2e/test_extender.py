@@ -20,7 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from hack.cluster.runner import LocalCluster, free_port
+from hack.cluster.runner import (
+    PRIORITIZE_ONLY_CONFIG,
+    LocalCluster,
+    free_port,
+    manifest_extender,
+)
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
 from joulie.api.quantity import parse_quantity
@@ -289,6 +294,52 @@ def test_standard_pods_go_where_the_power_is_not(
         cluster.use_extender(extender.url)
     assert steered >= 0.75, (steered, unsteered)
     assert unsteered <= 0.5, (steered, unsteered)
+
+
+def test_the_prioritize_only_configuration_steers_without_a_filter_call(
+    cluster: LocalCluster, nodes: list[str], extender: Extender, namespace: str
+) -> None:
+    """The configuration shipped for policies that leave no node eco or draining differs from
+    the default one by the filter alone, and kube-scheduler with it still takes Joulie's scores
+    while never calling the filter."""
+    shipped = manifest_extender(extender.url)
+    lean = manifest_extender(extender.url, PRIORITIZE_ONLY_CONFIG)
+    assert {k: v for k, v in shipped.items() if k != "filterVerb"} == lean
+    perf, eco = planned(cluster, nodes)
+    cores = {n["metadata"]["name"]: int(n["status"]["capacity"]["cpu"]) for n in manifests()}
+    # As in the test above: power drawn on the performance nodes, idle reserved CPU on eco.
+    load = [
+        pod(f"hot-{n}", performance=True, node=n, cpu=f"{cores[n] * 300}m") for n in sorted(perf)
+    ] + [
+        pod(f"idle-{n}", performance=False, node=n, cpu=f"{cores[n] * 700}m", utilization="0")
+        for n in sorted(eco)
+    ]
+    create(cluster, namespace, load)
+    sample = sorted(perf)[0]
+    wait_until(
+        lambda: extender.score(sample, **{"class": "standard"})["priority"] <= 4,
+        60,
+        "the performance nodes' power in their twins",
+    )
+    filters = extender.process.metric("joulie_extender_requests_total", verb="filter", outcome="ok")
+    prioritized = extender.process.metric(
+        "joulie_extender_requests_total", verb="prioritize", outcome="ok"
+    )
+    cluster.use_extender(extender.url, config=PRIORITIZE_ONLY_CONFIG)
+    try:
+        create(cluster, namespace, [pod(f"lean-{i}", performance=False) for i in range(40)])
+        where = all_bound(cluster, namespace, 40, "lean")
+        after_filters = extender.process.metric(
+            "joulie_extender_requests_total", verb="filter", outcome="ok"
+        )
+        after_prioritized = extender.process.metric(
+            "joulie_extender_requests_total", verb="prioritize", outcome="ok"
+        )
+    finally:
+        cluster.use_extender(extender.url)
+    assert after_filters == filters  # not one filter call
+    assert after_prioritized >= prioritized + 40
+    assert sum(node in eco for node in where.values()) / 40 >= 0.75
 
 
 def test_scheduling_goes_on_without_the_extender_and_steering_resumes(
