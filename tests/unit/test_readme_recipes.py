@@ -96,3 +96,42 @@ def test_readme_runs_the_agent_with_its_node_name(repo_root: Path) -> None:
     assert runs
     # The default mode (daemonset) refuses to start without NODE_NAME; pool mode needs none.
     assert all("NODE_NAME=" in line or "AGENT_MODE=pool" in line for line in runs)
+
+
+def first_screen(repo_root: Path) -> str:
+    """The README up to its table of contents: what a newcomer reads first."""
+    readme = (repo_root / "README.md").read_text()
+    assert "## Contents" in readme
+    return readme.split("## Contents", 1)[0]
+
+
+def test_the_first_screen_says_how_to_start(repo_root: Path) -> None:
+    text = first_screen(repo_root)
+    for needed in (
+        "`make demo`",
+        "`make test`",
+        "`pip install .` then `joulie simulate`",
+        "(docs/operator-guide.md)",
+        "(docs/simulator-report.md)",
+        "## Install on a cluster",
+    ):
+        assert needed in text, needed
+    # The internals live in docs/design.md now.
+    for internal in ("managedFields", "heartbeat", "fences"):
+        assert internal not in text, internal
+
+
+def test_the_first_screen_figures_are_the_reports(repo_root: Path) -> None:
+    """The savings and the commands that reproduce them are those of the simulator report."""
+    text = first_screen(repo_root)
+    report = (repo_root / "docs" / "simulator-report.md").read_text()
+    baseline_d = report.split("## Baseline D", 1)[1]
+    commands = re.findall(r"^joulie simulate .*$", text, re.MULTILINE)
+    assert len(commands) == 2
+    for command in commands:
+        assert re.search(rf"^\s*{re.escape(command)}( --output \S+)?$", baseline_d, re.MULTILINE)
+    rows = [line for line in text.splitlines() if line.startswith("| `") and "%" in line]
+    assert len(rows) == 2
+    for row in rows:
+        for figure in re.findall(r"\d+\.\d+ %|x \d\.\d\d", row):
+            assert figure in baseline_d, (figure, row)
