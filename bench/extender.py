@@ -3,7 +3,7 @@ requests/s on one core, and kube-scheduler's throughput with and without the ext
 
     python -m bench.extender [--requests 2000] [--full-requests 200] [--seconds 15]
         [--concurrency 8] [--pods 2000] [--performance-every 4] [--rounds 1] [--json FILE]
-        [--skip-scheduler]
+        [--skip-scheduler | --only-scheduler]
 
 Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first). The
 manager (static_partition, 20 % performance, NODE_POWER_SOURCE=static) and the extender run as
@@ -24,7 +24,8 @@ its debug view must show fresh, non-neutral terms.
    and no not-ready taint; both put back as they were at the end), ``--pods`` small pending pods
    are created in a fresh namespace with kube-scheduler stopped, then kube-scheduler is started
    and the bindings are watched; pods/s is counted from the first binding to the last. Once
-   without and once with the manifest's extender entry (``--rounds`` pairs). Every process's CPU
+   without the extender and once with each shipped configuration's entry (``example``: filter,
+   prioritize and preempt; ``prioritize-only``: no filter, for class_caps), ``--rounds`` times. Every process's CPU
    time per pod, kube-scheduler's own metrics and the extender's request histogram show where a
    pod's time goes. The extender is no longer pinned here: everything shares both cores, as a
    control-plane node's processes would.
@@ -58,7 +59,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.agent_pool import TICKS, cpu_seconds, metric, peak_rss_mib, wait
 from bench.informer import bench_cluster, ensure_objects
 from bench.manager import percentile
-from hack.cluster.runner import FEATURE_GATES, LocalCluster, free_port, manifest_extender
+from hack.cluster.runner import (
+    EXTENDER_CONFIG,
+    FEATURE_GATES,
+    PRIORITIZE_ONLY_CONFIG,
+    LocalCluster,
+    free_port,
+    manifest_extender,
+)
 from joulie.api import keys
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
@@ -508,12 +516,18 @@ class Scheduler:
     """kube-scheduler against the bench cluster, with the local cluster's flags and
     configuration (plus its metrics open to read without credentials)."""
 
-    def __init__(self, cluster: LocalCluster, work: Path, extender_url: str | None) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        work: Path,
+        extender_url: str | None,
+        extender_config: Path = EXTENDER_CONFIG,
+    ) -> None:
         self.port = free_port()
         config = cluster.scheduler_config()
         if extender_url is not None:
-            config["extenders"] = [manifest_extender(extender_url)]
-        name = "with-extender" if extender_url else "without-extender"
+            config["extenders"] = [manifest_extender(extender_url, extender_config)]
+        name = f"with-{configuration(extender_config)}" if extender_url else "without-extender"
         path = work / f"scheduler-{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log = work / f"scheduler-{name}.log"
@@ -541,6 +555,11 @@ class Scheduler:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=60)
+
+
+def configuration(path: Path) -> str:
+    """A shipped scheduler configuration's short name (``example``, ``prioritize-only``)."""
+    return path.name.removeprefix("kube-scheduler-config.").removesuffix(".yaml")
 
 
 def histograms(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
@@ -701,6 +720,7 @@ def schedule_once(
     extender_url: str | None,
     ext: Joulie | None,
     pids: Mapping[str, int],
+    extender_config: Path = EXTENDER_CONFIG,
 ) -> dict[str, Any]:
     """One measurement: ``count`` pods created with kube-scheduler stopped, then kube-scheduler
     started (with the extender at ``extender_url`` or without) until all are bound. ``pids``:
@@ -721,7 +741,7 @@ def schedule_once(
         since = listed["metadata"]["resourceVersion"]
         before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS) if ext else {}
         started = time.perf_counter()
-        scheduler = Scheduler(cluster, work, extender_url)
+        scheduler = Scheduler(cluster, work, extender_url, extender_config)
         watched = {**pids, "kube-scheduler": scheduler.process.pid}
         cpu0: dict[str, float] = {}
         others: list[OtherLoad] = []
@@ -736,6 +756,7 @@ def schedule_once(
         window = times[-1] - times[0]
         result: dict[str, Any] = {
             "extender": extender_url is not None,
+            "configuration": configuration(extender_config) if extender_url else "none",
             "pods": count,
             "create_seconds": round(created_s, 1),
             "start_to_first_binding_s": round(times[0] - started, 2),
@@ -806,78 +827,91 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         if figures["scoring_check"]["not_scored"]:
             raise SystemExit(f"the extender is not scoring: {figures['scoring_check']}")
 
-        rng = random.Random(1)
-        sample = rng.sample(names, 1000)
-        shuffled = rng.sample(names, len(names))
-        figures["reference_ms"] = reference_ms(shuffled)
-        # The load runs on the other core from here on.
-        os.sched_setaffinity(0, {LOAD_CPU})
-        items = rng.sample(nodes, len(nodes))
-        victim_uids = pod_uids(cluster, PREEMPT_CANDIDATES * 3)
-        # "same list": every request names the same nodes, as kube-scheduler does when it lists
-        # every node (and in a prioritize after a filter); "new lists": each request a list the
-        # extender has not seen lately (rotations of the same nodes), so nothing is remembered.
-        windows = [rng.randrange(len(names)) for _ in range(LISTS)]
-        new_1k = [sample[k % 1000 :] + sample[: k % 1000] for k in windows]
-        new_5k = [shuffled[k:] + shuffled[:k] for k in windows]
-        cases = []
-        n = args.requests
-        for pod_name, pod in pods().items():
-            for form, bodies, sent, count in (
-                ("1,000 names, same list", [names_body(pod, sample)], 1000, n),
-                ("1,000 names, new lists", [names_body(pod, x) for x in new_1k], 1000, n),
-                ("5,000 names, same list", [names_body(pod, shuffled)], 5000, n),
-                ("5,000 names, new lists", [names_body(pod, x) for x in new_5k], 5000, n),
-                ("5,000 Node objects", [nodes_body(pod, items)], 5000, args.full_requests),
-            ):
-                for verb in ("filter", "prioritize"):
-                    cases.append((form, pod_name, verb, bodies, sent, count))
-            # What kube-scheduler's default preemption sends at 5,000 nodes: 10 % of the
-            # nodes as candidates (minCandidateNodesPercentage), three victims on each.
-            preempt = preempt_body(pod, rng.sample(names, PREEMPT_CANDIDATES), victim_uids)
-            cases.append(("500 candidates", pod_name, "preempt", [preempt], 0, n))
-        ours = [c.pid for c in cluster.components.values() if c.pid is not None]
-        ours += [mgr.process.pid, ext.process.pid]
-        other = OtherLoad(ours)
-        cpu0 = cpu_seconds(ext.process.pid)
-        before = server_side(ext.metrics_port)
-        figures["latency"] = asyncio.run(measure_latency(url, ext.metrics_port, cases))
-        figures["latency_other_cpu_share"] = other.share()
-        figures["latency_gc"] = gc_pauses(delta(server_side(ext.metrics_port), before))
-        figures["latency_extender_cpu_s"] = round(cpu_seconds(ext.process.pid) - cpu0, 1)
-
-        standard = pods()["standard"]
-        figures["throughput"] = []
-        for lists, bodies in (
-            ("same list", [names_body(standard, shuffled)]),
-            ("new lists", [names_body(standard, n) for n in new_5k]),
-        ):
-            other = OtherLoad(ours)
-            cpu0 = cpu_seconds(ext.process.pid)
-            before = server_side(ext.metrics_port)
-            throughput = asyncio.run(
-                measure_throughput(url, bodies, args.seconds, args.concurrency)
-            )
-            throughput["lists"] = lists
-            throughput["other_cpu_share"] = other.share()
-            served = delta(server_side(ext.metrics_port), before)
-            handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
-            throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
-            throughput["gc"] = gc_pauses(served)
-            throughput["extender_cpu_share"] = round(
-                (cpu_seconds(ext.process.pid) - cpu0) / (throughput["seconds"] + 1.0), 2
-            )
-            figures["throughput"].append(throughput)
-        figures["extender_peak_rss_mib"] = round(peak_rss_mib(ext.process.pid), 1)
-        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
-
+        if not args.only_scheduler:
+            measure_requests(args, cluster, nodes, url, ext, mgr, figures)
         if not args.skip_scheduler:
             figures["scheduler"] = measure_scheduler(args, cluster, work, nodes, url, ext, mgr)
+        figures["extender_peak_rss_mib"] = round(peak_rss_mib(ext.process.pid), 1)
     finally:
         if ext is not None:
             ext.stop()
         mgr.stop()
     return figures
+
+
+def measure_requests(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    nodes: list[dict[str, Any]],
+    url: str,
+    ext: Joulie,
+    mgr: Joulie,
+    figures: dict[str, Any],
+) -> None:
+    """Latency per case and prioritize throughput, the extender pinned to CPU 0 (into
+    ``figures``)."""
+    names = [n["metadata"]["name"] for n in nodes]
+    rng = random.Random(1)
+    sample = rng.sample(names, 1000)
+    shuffled = rng.sample(names, len(names))
+    figures["reference_ms"] = reference_ms(shuffled)
+    # The load runs on the other core from here on.
+    os.sched_setaffinity(0, {LOAD_CPU})
+    items = rng.sample(nodes, len(nodes))
+    victim_uids = pod_uids(cluster, PREEMPT_CANDIDATES * 3)
+    # "same list": every request names the same nodes, as kube-scheduler does when it lists
+    # every node (and in a prioritize after a filter); "new lists": each request a list the
+    # extender has not seen lately (rotations of the same nodes), so nothing is remembered.
+    windows = [rng.randrange(len(names)) for _ in range(LISTS)]
+    new_1k = [sample[k % 1000 :] + sample[: k % 1000] for k in windows]
+    new_5k = [shuffled[k:] + shuffled[:k] for k in windows]
+    cases = []
+    n = args.requests
+    for pod_name, pod in pods().items():
+        for form, bodies, sent, count in (
+            ("1,000 names, same list", [names_body(pod, sample)], 1000, n),
+            ("1,000 names, new lists", [names_body(pod, x) for x in new_1k], 1000, n),
+            ("5,000 names, same list", [names_body(pod, shuffled)], 5000, n),
+            ("5,000 names, new lists", [names_body(pod, x) for x in new_5k], 5000, n),
+            ("5,000 Node objects", [nodes_body(pod, items)], 5000, args.full_requests),
+        ):
+            for verb in ("filter", "prioritize"):
+                cases.append((form, pod_name, verb, bodies, sent, count))
+        # What kube-scheduler's default preemption sends at 5,000 nodes: 10 % of the
+        # nodes as candidates (minCandidateNodesPercentage), three victims on each.
+        preempt = preempt_body(pod, rng.sample(names, PREEMPT_CANDIDATES), victim_uids)
+        cases.append(("500 candidates", pod_name, "preempt", [preempt], 0, n))
+    ours = [c.pid for c in cluster.components.values() if c.pid is not None]
+    ours += [mgr.process.pid, ext.process.pid]
+    other = OtherLoad(ours)
+    cpu0 = cpu_seconds(ext.process.pid)
+    before = server_side(ext.metrics_port)
+    figures["latency"] = asyncio.run(measure_latency(url, ext.metrics_port, cases))
+    figures["latency_other_cpu_share"] = other.share()
+    figures["latency_gc"] = gc_pauses(delta(server_side(ext.metrics_port), before))
+    figures["latency_extender_cpu_s"] = round(cpu_seconds(ext.process.pid) - cpu0, 1)
+
+    standard = pods()["standard"]
+    figures["throughput"] = []
+    for lists, bodies in (
+        ("same list", [names_body(standard, shuffled)]),
+        ("new lists", [names_body(standard, n) for n in new_5k]),
+    ):
+        other = OtherLoad(ours)
+        cpu0 = cpu_seconds(ext.process.pid)
+        before = server_side(ext.metrics_port)
+        throughput = asyncio.run(measure_throughput(url, bodies, args.seconds, args.concurrency))
+        throughput["lists"] = lists
+        throughput["other_cpu_share"] = other.share()
+        served = delta(server_side(ext.metrics_port), before)
+        handled = served["joulie_extender_request_duration_seconds{verb=prioritize}"]
+        throughput["server_mean_ms"] = round(handled["sum"] / handled["count"] * 1000, 2)
+        throughput["gc"] = gc_pauses(served)
+        throughput["extender_cpu_share"] = round(
+            (cpu_seconds(ext.process.pid) - cpu0) / (throughput["seconds"] + 1.0), 2
+        )
+        figures["throughput"].append(throughput)
+    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
 
 
 def measure_scheduler(
@@ -903,8 +937,9 @@ def measure_scheduler(
         pids = {name: c.pid for name, c in cluster.components.items() if c.pid is not None}
         pids |= {"manager": mgr.process.pid, "extender": ext.process.pid}
         runs = []
+        configs = [EXTENDER_CONFIG, PRIORITIZE_ONLY_CONFIG]
         for _ in range(args.rounds):
-            for extender_url in (None, url):
+            for extender_url, config in [(None, EXTENDER_CONFIG)] + [(url, c) for c in configs]:
                 runs.append(
                     schedule_once(
                         cluster,
@@ -914,14 +949,20 @@ def measure_scheduler(
                         extender_url,
                         ext if extender_url else None,
                         pids,
+                        config,
                     )
                 )
         out["runs"] = runs
-        without = [r["pods_per_second"] for r in runs if not r["extender"]]
-        with_ = [r["pods_per_second"] for r in runs if r["extender"]]
-        out["pods_per_second_without"] = statistics.median(without)
-        out["pods_per_second_with"] = statistics.median(with_)
-        out["with_over_without"] = round(statistics.median(with_) / statistics.median(without), 3)
+        without = statistics.median(r["pods_per_second"] for r in runs if not r["extender"])
+        out["pods_per_second_without"] = without
+        for config in configs:
+            with_ = [
+                r["pods_per_second"] for r in runs if r["configuration"] == configuration(config)
+            ]
+            out[f"pods_per_second_with {configuration(config)}"] = statistics.median(with_)
+            out[f"with_over_without {configuration(config)}"] = round(
+                statistics.median(with_) / without, 3
+            )
     finally:
         t0 = time.monotonic()
         readiness.restore()
@@ -931,35 +972,38 @@ def measure_scheduler(
 
 def report(figures: Mapping[str, Any]) -> None:
     print(f"nodes {figures['nodes']}, twins checked: {figures['scoring_check']}")
-    print(f"machine speed reference (smaller is faster): {figures['reference_ms']} ms")
-    print(f"{'case':56} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer")
-    for row in figures["latency"]:
-        case = f"{row['verb']} {row['pod']}, {row['form']}"
-        shown = ("scores", "passing", "failed", "candidates_kept")
-        answer = {k: v for k, v in row.items() if k in shown}
+    if "latency" in figures:
+        print(f"machine speed reference (smaller is faster): {figures['reference_ms']} ms")
         print(
-            f"{case:56} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
-            f"{row['server_mean_ms']:>7} {row['requests']:>5}  {answer}"
+            f"{'case':56} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'server':>7} {'n':>5}  answer"
         )
-    print("(server: the extender's own mean, from reading the body to the answer built)")
-    print(f"extender GC during the latency cases: {figures['latency_gc']}")
-    print(
-        "other processes' share of the cores meanwhile (a shared machine): "
-        f"{figures['latency_other_cpu_share']}"
-    )
-    for t in figures["throughput"]:
+        for row in figures["latency"]:
+            case = f"{row['verb']} {row['pod']}, {row['form']}"
+            shown = ("scores", "passing", "failed", "candidates_kept")
+            answer = {k: v for k, v in row.items() if k in shown}
+            print(
+                f"{case:56} {row['p50_ms']:>7} {row['p99_ms']:>7} {row['max_ms']:>7} "
+                f"{row['server_mean_ms']:>7} {row['requests']:>5}  {answer}"
+            )
+        print("(server: the extender's own mean, from reading the body to the answer built)")
+        print(f"extender GC during the latency cases: {figures['latency_gc']}")
         print(
-            f"prioritize, 5,000 names, {t['lists']}, {t['concurrency']} connections, extender "
-            f"on one core: {t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 "
-            f"{t['p99_ms']} ms, server mean {t['server_mean_ms']} ms, {t['errors']} errors, "
-            f"extender CPU {t['extender_cpu_share']} of a core, GC {t['gc']}, other processes "
-            f"{t['other_cpu_share']} of the cores)"
+            "other processes' share of the cores meanwhile (a shared machine): "
+            f"{figures['latency_other_cpu_share']}"
         )
+        for t in figures["throughput"]:
+            print(
+                f"prioritize, 5,000 names, {t['lists']}, {t['concurrency']} connections, extender "
+                f"on one core: {t['requests_per_second']} requests/s (p50 {t['p50_ms']} / p99 "
+                f"{t['p99_ms']} ms, server mean {t['server_mean_ms']} ms, {t['errors']} errors, "
+                f"extender CPU {t['extender_cpu_share']} of a core, GC {t['gc']}, other processes "
+                f"{t['other_cpu_share']} of the cores)"
+            )
     print(f"extender peak RSS {figures['extender_peak_rss_mib']} MiB")
     sched = figures.get("scheduler")
     if sched:
         for r in sched["runs"]:
-            label = "with extender   " if r["extender"] else "without extender"
+            label = f"with {r['configuration']}" if r["extender"] else "without extender"
             print(
                 f"kube-scheduler {label}: {r['pods_per_second']} pods/s "
                 f"({r['pods']} pods bound in {r['first_to_last_binding_s']} s from the first "
@@ -974,10 +1018,10 @@ def report(figures: Mapping[str, Any]) -> None:
             if r["extender"]:
                 print(f"    extender, mean ms per call: {r['extender_server_mean_ms']}")
                 print(f"    extender, nodes per call: {r['extender_nodes_per_request']}")
-        print(
-            f"with / without: {sched['with_over_without']} "
-            f"({sched['nodes_made_ready']} nodes made Ready for it, restored after)"
-        )
+        for key, value in sched.items():
+            if key.startswith("with_over_without"):
+                print(f"{key.replace('_', ' ')}: {value}")
+        print(f"({sched['nodes_made_ready']} nodes made Ready for it, restored after)")
 
 
 def main() -> None:
@@ -996,6 +1040,11 @@ def main() -> None:
         help="every N-th pod kube-scheduler places is a performance pod (0: none)",
     )
     parser.add_argument("--skip-scheduler", action="store_true")
+    parser.add_argument(
+        "--only-scheduler",
+        action="store_true",
+        help="leave out the latency and throughput cases (kube-scheduler's pods/s alone)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     cluster = bench_cluster()
