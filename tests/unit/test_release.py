@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -42,6 +43,19 @@ def test_the_version_is_read_from_pyproject(repo_root: Path) -> None:
     # Nothing else under joulie/ spells the version out.
     for path in (repo_root / "joulie").rglob("*.py"):
         assert f'"{version}"' not in path.read_text(), path
+
+
+def test_the_manifests_run_the_image_of_this_version(repo_root: Path) -> None:
+    """The manifests are the one other place that names the version (an image tag): they move
+    with pyproject.toml at a release."""
+    version = pyproject(repo_root)["project"]["version"]
+    tags = []
+    for path in (repo_root / "manifests").rglob("kustomization.yaml"):
+        for image in yaml.safe_load(path.read_text()).get("images", []):
+            if image.get("name") == "joulie":
+                tags.append((path.relative_to(repo_root), image.get("newTag")))
+    assert tags
+    assert all(tag == version for _, tag in tags), tags
 
 
 def test_the_image_lock_pins_every_dependency_within_its_range(repo_root: Path) -> None:
