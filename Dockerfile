@@ -1,11 +1,11 @@
 # One image for every role: `joulie --role=manager|agent|extender` (the manifests set the role).
 #
 # BASE is any image with Python >= 3.11 on it and the `venv` module with pip. The default is
-# python:3.11-slim pinned by the digest of its multi-platform index, so `docker build .` pulls
-# the same bytes everywhere; hack/image/pin-base.sh replaces the digest with the tag's current
-# one (run it, rebuild, commit, to take the base's security updates). Without a registry,
-# `make image` (hack/image/build.sh) makes a Debian root filesystem with mmdebstrap, imports it
-# as localhost/joulie-base:... and passes it here with --build-arg BASE=...
+# python:3.11-slim pinned by digest, so `docker build .` pulls the same bytes everywhere;
+# hack/image/pin-base.sh replaces it with the digest of the tag's multi-platform index as
+# Docker Hub serves it now (run it, rebuild, commit, to take the base's security updates).
+# Without a registry, `make image` (hack/image/build.sh) makes a Debian root filesystem with
+# mmdebstrap, imports it as localhost/joulie-base:... and passes it here with --build-arg BASE=...
 # Both stages use the same BASE: the venv's interpreter is a link to the base's python3, so
 # the final stage needs the very same python at the very same path.
 ARG BASE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
