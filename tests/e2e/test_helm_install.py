@@ -35,18 +35,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "joulie"
 NODES = ["helm-0", "helm-1"]
 # Every role of the chart at once: the KWOK flavour (pool, simulator, the manager reading node
-# power from it) plus the DaemonSet. The pool and the simulator keep off KWOK nodes by default
-# (they serve them); here every node is a KWOK node, so that rule is lifted.
+# power from it) plus the DaemonSet and the second scheduler. The pool and the simulator keep off
+# KWOK nodes by default (they serve them); here every node is a KWOK node, so that rule is lifted.
 INSTALL_VALUES = [
     "--values",
     str(CHART / "ci" / "kwok-values.yaml"),
     "--set",
-    "agent.enabled=true,agentPool.affinity=null,simulator.affinity=null",
+    "agent.enabled=true,scheduler.enabled=true,agentPool.affinity=null,simulator.affinity=null",
 ]
 WORKLOADS = {
     ("deployments", "joulie-manager"): 2,
     ("deployments", "joulie-extender"): 2,
     ("deployments", "joulie-simulator"): 1,
+    ("deployments", "joulie-scheduler"): 2,
     ("statefulsets", "joulie-agent-pool"): 2,
     ("daemonsets", "joulie-agent"): len(NODES),
 }
@@ -133,6 +134,7 @@ def test_every_role_is_ready_on_kwok_nodes(installed: LocalCluster) -> None:
         "simulator": 1,
         "agent-pool": 2,
         "agent": len(NODES),
+        "scheduler": 2,
     }
     for pod in pods:
         node = get(installed, f"/api/v1/nodes/{pod['spec']['nodeName']}")

@@ -11,7 +11,11 @@ What the comparison leaves out, and why (nothing else):
 - the order of a container's env entries, which the chart sorts by name (the manifests list them
   by topic; no Joulie value refers to another with ``$(NAME)``);
 - the Namespace: Helm creates the release namespace (``--create-namespace``) and does not own it.
-  ``namespace.create=true`` renders it, and it must then equal the manifests' Namespace.
+  ``namespace.create=true`` renders it, and it must then equal the manifests' Namespace;
+- comments in a ConfigMap's YAML file (joulie-scheduler's configuration): such values are
+  compared as the YAML they hold.
+
+``scheduler.enabled=true`` adds manifests/scheduler, the second scheduler (opt-in in both).
 
 The binaries come from hack/build-binaries.sh (helm and kubectl); no cluster is needed.
 """
@@ -115,6 +119,11 @@ def normalised(objects: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
         for container in pod.get("containers", []) + pod.get("initContainers", []):
             if "env" in container:
                 container["env"] = sorted(container["env"], key=lambda e: e["name"])
+        if obj["kind"] == "ConfigMap":
+            obj["data"] = {
+                k: yaml.safe_load(v) if k.endswith((".yaml", ".yml")) else v
+                for k, v in obj.get("data", {}).items()
+            }
         assert key(obj) not in out, f"{key(obj)} rendered twice"
         out[key(obj)] = obj
     return out
@@ -152,6 +161,13 @@ def test_kwok_values_render_the_manifests_for_kwok_nodes(binaries: Path) -> None
     kinds = {o["kind"] for o in chart}
     assert "StatefulSet" in kinds
     assert "DaemonSet" not in kinds
+
+
+def test_scheduler_enabled_adds_the_second_scheduler_of_the_manifests(binaries: Path) -> None:
+    chart = helm_template(binaries, "--set", "scheduler.enabled=true")
+    manifests = kustomize(binaries, "manifests") + kustomize(binaries, "manifests/scheduler")
+    assert_same(chart, without_namespace(manifests))
+    assert "joulie-scheduler" in {o["metadata"]["name"] for o in chart}
 
 
 def test_namespace_create_renders_the_manifests_namespace(binaries: Path) -> None:
@@ -245,6 +261,8 @@ def test_lint_is_clean_with_every_option_on(binaries: Path) -> None:
             "monitoring.serviceMonitor.enabled=true",
             "monitoring.prometheusRule.enabled=true",
             "namespace.create=true",
+            "scheduler.enabled=true",
+            "scheduler.podDisruptionBudget.enabled=true",
         ]
     )
     for args in ([], ["--set", every]):
