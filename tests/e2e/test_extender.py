@@ -236,6 +236,29 @@ def all_bound(
     return where
 
 
+def draw_power_on_performance_nodes(
+    cluster: LocalCluster, namespace: str, extender: Extender, perf: set[str], eco: set[str]
+) -> None:
+    """The performance nodes draw power (busy performance pods, 30 % of their CPUs); the eco
+    nodes hold more reserved CPU (70 %) that draws nothing, so kube-scheduler's own scoring
+    (least allocated, balanced) prefers the performance nodes and only Joulie's does not.
+    Returns once the extender scores the power in."""
+    cores = {n["metadata"]["name"]: int(n["status"]["capacity"]["cpu"]) for n in manifests()}
+    load = [
+        pod(f"hot-{n}", performance=True, node=n, cpu=f"{cores[n] * 300}m") for n in sorted(perf)
+    ] + [
+        pod(f"idle-{n}", performance=False, node=n, cpu=f"{cores[n] * 700}m", utilization="0")
+        for n in sorted(eco)
+    ]
+    create(cluster, namespace, load)
+    sample = sorted(perf)[0]
+    wait_until(
+        lambda: extender.score(sample, **{"class": "standard"})["priority"] <= 4,
+        60,
+        "the performance nodes' power in their twins",
+    )
+
+
 # --- the tests -----------------------------------------------------------------------------------
 
 
@@ -263,23 +286,7 @@ def test_standard_pods_go_where_the_power_is_not(
     cluster: LocalCluster, nodes: list[str], extender: Extender, namespace: str
 ) -> None:
     perf, eco = planned(cluster, nodes)
-    cores = {n["metadata"]["name"]: int(n["status"]["capacity"]["cpu"]) for n in manifests()}
-    # The performance nodes draw power (busy performance pods, 30 % of their CPUs); the eco
-    # nodes hold more reserved CPU (70 %) that draws nothing. kube-scheduler's own scoring
-    # (least allocated, balanced) prefers the performance nodes.
-    load = [
-        pod(f"hot-{n}", performance=True, node=n, cpu=f"{cores[n] * 300}m") for n in sorted(perf)
-    ] + [
-        pod(f"idle-{n}", performance=False, node=n, cpu=f"{cores[n] * 700}m", utilization="0")
-        for n in sorted(eco)
-    ]
-    create(cluster, namespace, load)
-    sample = sorted(perf)[0]
-    wait_until(
-        lambda: extender.score(sample, **{"class": "standard"})["priority"] <= 4,
-        60,
-        "the performance nodes' power in their twins",
-    )
+    draw_power_on_performance_nodes(cluster, namespace, extender, perf, eco)
 
     def eco_share(prefix: str) -> float:
         create(cluster, namespace, [pod(f"{prefix}-{i}", performance=False) for i in range(40)])
@@ -306,21 +313,7 @@ def test_the_prioritize_only_configuration_steers_without_a_filter_call(
     lean = manifest_extender(extender.url, PRIORITIZE_ONLY_CONFIG)
     assert {k: v for k, v in shipped.items() if k != "filterVerb"} == lean
     perf, eco = planned(cluster, nodes)
-    cores = {n["metadata"]["name"]: int(n["status"]["capacity"]["cpu"]) for n in manifests()}
-    # As in the test above: power drawn on the performance nodes, idle reserved CPU on eco.
-    load = [
-        pod(f"hot-{n}", performance=True, node=n, cpu=f"{cores[n] * 300}m") for n in sorted(perf)
-    ] + [
-        pod(f"idle-{n}", performance=False, node=n, cpu=f"{cores[n] * 700}m", utilization="0")
-        for n in sorted(eco)
-    ]
-    create(cluster, namespace, load)
-    sample = sorted(perf)[0]
-    wait_until(
-        lambda: extender.score(sample, **{"class": "standard"})["priority"] <= 4,
-        60,
-        "the performance nodes' power in their twins",
-    )
+    draw_power_on_performance_nodes(cluster, namespace, extender, perf, eco)
     filters = extender.process.metric("joulie_extender_requests_total", verb="filter", outcome="ok")
     prioritized = extender.process.metric(
         "joulie_extender_requests_total", verb="prioritize", outcome="ok"

@@ -18,7 +18,7 @@ import grpc
 
 from joulie.agent.kubelet_podresources import api_pb2, api_pb2_grpc
 
-__all__ = ["FakeKubelet", "fake_kubelet", "gpu_pod", "short_socket_dir"]
+__all__ = ["FakeKubelet", "NodePods", "fake_kubelet", "gpu_pod", "short_socket_dir"]
 
 
 def gpu_pod(
@@ -62,6 +62,32 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
             junk = api_pb2.ContainerResources(name="x" * self.padding)
             pods.append(api_pb2.PodResources(name="junk", namespace="junk", containers=[junk]))
         return api_pb2.ListPodResourcesResponse(pod_resources=pods)
+
+
+class NodePods:
+    """The pods of one node as both the kubelet lists them (with their devices and exclusive
+    CPUs) and the agent's pod cache classes them; :attr:`classes` ``.get`` is the cache's
+    ``pod_class``."""
+
+    def __init__(self, kubelet: FakeKubelet, namespace: str = "work") -> None:
+        self.kubelet = kubelet
+        self.namespace = namespace
+        self.classes: dict[tuple[str, str], str] = {}
+
+    def run(
+        self, name: str, workload_class: str, *device_ids: str, cpu_ids: Sequence[int] = ()
+    ) -> None:
+        """A pod of ``workload_class`` holding ``device_ids`` and ``cpu_ids``; a pod of that
+        name already there is replaced (deleted and created again)."""
+        self.classes[self.namespace, name] = workload_class
+        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
+        self.kubelet.pods.append(
+            gpu_pod(name, *device_ids, namespace=self.namespace, cpu_ids=cpu_ids)
+        )
+
+    def stop(self, name: str) -> None:
+        self.classes.pop((self.namespace, name), None)
+        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
 
 
 def _serialized(answer: api_pb2.ListPodResourcesResponse | bytes) -> bytes:

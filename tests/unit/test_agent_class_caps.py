@@ -32,7 +32,7 @@ from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.core.caps import effective_cap
 from tests.support.builders import nodetwin
-from tests.support.fake_kubelet import FakeKubelet, fake_kubelet, gpu_pod
+from tests.support.fake_kubelet import FakeKubelet, NodePods, fake_kubelet
 from tests.support.fake_nvml import FakeNvml, normal_node
 from tests.support.host_nodes import host_node, host_tree
 
@@ -65,7 +65,7 @@ class Node:
         self.nvml = nvml
         self.kubelet = kubelet
         self.host: HostNode = host_node(host_tree(tmp_path), tmp_path / "state", nvml=nvml)
-        self.pods: dict[PodKey, str] = {}
+        self.pods = NodePods(kubelet)
         self.client = PodResourcesClient(str(kubelet.socket), timeout_s=0.5)
         self.status: dict[str, Any] = {}
         self.status_writes = 0
@@ -75,16 +75,13 @@ class Node:
 
     def run(self, name: str, workload_class: str, *device_ids: str) -> None:
         """A pod of ``workload_class`` holding ``device_ids``, as the cache and kubelet see it."""
-        self.pods["work", name] = workload_class
-        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
-        self.kubelet.pods.append(gpu_pod(name, *device_ids))
+        self.pods.run(name, workload_class, *device_ids)
 
     def stop(self, name: str) -> None:
-        self.pods.pop(("work", name), None)
-        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
+        self.pods.stop(name)
 
     async def work(self) -> GpuWork:
-        return await read_gpu_work(self.client, self.pods.get)
+        return await read_gpu_work(self.client, self.pods.classes.get)
 
     async def pass_(self, twin: NodeTwinSpec) -> Outcomes:
         """One pass as the daemon runs it, and the controlStatus it would then write."""

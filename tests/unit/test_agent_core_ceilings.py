@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from joulie.agent.core_ceilings import CpuWork, core_ceilings, cpu_work
 from joulie.agent.cpufreq_discovery import CpufreqPolicy
 from joulie.agent.host_node import CPU_GOVERNOR, HostNode, Outcomes
-from joulie.agent.pod_devices import MAX_CPU_IDS, PodKey, read_allocations
+from joulie.agent.pod_devices import MAX_CPU_IDS, read_allocations
 from joulie.agent.pod_resources import PodResourcesClient
 from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import CpuCoreCeiling, NodeTwinSpec
 from joulie.core.caps import core_ceiling_khz
 from tests.support.builders import nodetwin
-from tests.support.fake_kubelet import FakeKubelet, fake_kubelet, gpu_pod
+from tests.support.fake_kubelet import FakeKubelet, NodePods, fake_kubelet
 from tests.support.fake_sysfs import FakeSysfs
 from tests.support.host_nodes import host_node, host_tree
 
@@ -54,23 +54,20 @@ class Node:
         self.tree: FakeSysfs = host_tree(tmp_path)
         self.host: HostNode = host_node(self.tree, tmp_path / "state")
         self.kubelet = kubelet
-        self.pods: dict[PodKey, str] = {}
+        self.pods = NodePods(kubelet)
         self.client = PodResourcesClient(str(kubelet.socket), timeout_s=0.5)
 
     def run(self, name: str, workload_class: str, *cpus: int) -> None:
-        self.pods["work", name] = workload_class
-        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
-        self.kubelet.pods.append(gpu_pod(name, cpu_ids=cpus))
+        self.pods.run(name, workload_class, cpu_ids=cpus)
 
     def stop(self, name: str) -> None:
-        self.pods.pop(("work", name), None)
-        self.kubelet.pods = [p for p in self.kubelet.pods if p.name != name]
+        self.pods.stop(name)
 
     async def pass_(self, twin: NodeTwinSpec) -> Outcomes:
         """One pass as the daemon runs it."""
-        answer = await read_allocations(self.client, self.pods.get)
+        answer = await read_allocations(self.client, self.pods.classes.get)
         assert not isinstance(answer, str), answer
-        work = cpu_work(answer.cpus, self.pods.get)
+        work = cpu_work(answer.cpus, self.pods.classes.get)
         return await asyncio.to_thread(self.host.enforce, twin, cpu_work=work)
 
     def ceilings(self) -> list[int]:
@@ -160,7 +157,7 @@ async def test_without_an_answer_every_core_follows_the_node(
     await node.pass_(spec())
     kubelet.pods = []
     node.client = PodResourcesClient(str(node.tree.root / "no-socket"), timeout_s=0.5)
-    answer = await read_allocations(node.client, node.pods.get)
+    answer = await read_allocations(node.client, node.pods.classes.get)
     assert isinstance(answer, str)
     assert "socket" in answer
     outcome = await asyncio.to_thread(
