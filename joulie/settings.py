@@ -317,7 +317,10 @@ class Loaded(Generic[S]):
 class EnvSettings(BaseModel):
     """Base of every role's settings."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    # inf and NaN are no setting's value (PERFORMANCE_CAP_WATTS=inf was taken).
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
     role: ClassVar[str] = ""
 
@@ -354,7 +357,7 @@ class EnvSettings(BaseModel):
                 name = str(err["loc"][0]) if err["loc"] else ""
                 if name in raw:
                     found = details.setdefault(name, [])
-                    detail = _error_detail(err, cls.model_fields[name])
+                    detail = error_detail(err, cls.model_fields[name])
                     if detail not in found:
                         found.append(detail)
             for name, found in details.items():
@@ -436,16 +439,18 @@ _LIMIT_WORDS = {
 }
 
 
-def _error_detail(err: Any, info: FieldInfo) -> str:
+def error_detail(err: Any, info: FieldInfo) -> str:
     """pydantic's message, in the units the user wrote (durations are checked in seconds). An
     error inside a structured value (a JSON object's entry) names the entry, the field and the
     value found there."""
     kind = err.get("type", "")
-    if kind in _LIMIT_WORDS and _is_duration(info):
-        key, words = _LIMIT_WORDS[kind]
-        return f"must be {words} {format_duration(float(err['ctx'][key]))}"
-    message = str(err["msg"]).removeprefix("Value error, ")
     inner = tuple(err.get("loc") or ())[1:]
+    if kind in _LIMIT_WORDS and not inner:
+        key, words = _LIMIT_WORDS[kind]
+        limit = err["ctx"][key]
+        shown = format_duration(float(limit)) if is_duration(info) else describe_value(limit)
+        return f"must be {words} {shown}"
+    message = str(err["msg"]).removeprefix("Value error, ")
     if not inner:
         return message
     where = f"entry {inner[0]!r}"
@@ -459,7 +464,7 @@ def _has_marker(info: FieldInfo, marker: _Marker) -> bool:
     return any(m is marker for m in info.metadata)
 
 
-def _is_duration(info: FieldInfo | None) -> bool:
+def is_duration(info: FieldInfo | None) -> bool:
     return info is not None and any(
         isinstance(m, BeforeValidator) and m.func is parse_duration for m in info.metadata
     )
@@ -469,7 +474,7 @@ def describe_value(value: Any, info: FieldInfo | None = None) -> str:
     """A value as a user would write it in the environment."""
     if value is None:
         return "unset"
-    if _is_duration(info) and isinstance(value, float):
+    if is_duration(info) and isinstance(value, float):
         return format_duration(value)
     if isinstance(value, Enum):
         return str(value.value)
@@ -494,9 +499,9 @@ def describe_value(value: Any, info: FieldInfo | None = None) -> str:
     return str(value)
 
 
-def _bounds(info: FieldInfo) -> str:
+def describe_bounds(info: FieldInfo) -> str:
     def show(value: Any) -> str:
-        return format_duration(float(value)) if _is_duration(info) else describe_value(value)
+        return format_duration(float(value)) if is_duration(info) else describe_value(value)
 
     # The strictest bound on each side only: a Duration is > 0s by type, and a variable that
     # adds ">= 1s" should not read "> 0s and >= 1s".
@@ -527,9 +532,9 @@ def accepts(info: FieldInfo) -> str:
         # An optional variable: what its value accepts, or nothing (the default applies).
         inner = next(m for m in members if m is not type(None))
         return f"{accepts(FieldInfo.merge_field_infos(info, annotation=inner))}, or unset"
-    bounds = _bounds(info)
+    bounds = describe_bounds(info)
     suffix = f" {bounds}" if bounds else ""
-    if _is_duration(info):
+    if is_duration(info):
         return f"a duration with its unit, such as 500ms, 30s, 1m or 1h30m,{suffix}"
     if annotation is bool:
         return "true or false"

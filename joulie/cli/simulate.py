@@ -7,6 +7,7 @@ host (wall time) only goes to standard error with the progress.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from joulie.sim.generator_options import GeneratorOptions
 from joulie.sim.results import RunResult
 from joulie.sim.run_spec import ALL_BASELINES, RunSpec, preset
 
@@ -32,7 +34,11 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise UsageError(f"{what} {item!r}: expected KEY=VALUE")
+        if key in values:
+            raise UsageError(f"{what} {key} is given more than once; give each key once")
         values[key] = _scalar(raw)
+        if isinstance(values[key], float) and not math.isfinite(values[key]):
+            raise UsageError(f"{what} {item}: not a finite number")
     return values
 
 
@@ -40,20 +46,30 @@ def _scalar(raw: str) -> Any:
     for convert in (int, float):
         try:
             return convert(raw)
-        except ValueError:
+        except (ValueError, OverflowError):
             pass
     if raw.lower() in ("true", "false"):
         return raw.lower() == "true"
     return raw
 
 
-def _list(text: str, what: str, convert: Callable[[str], Any]) -> list[Any]:
-    try:
-        values = [convert(v.strip()) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{what} {text!r}: not a comma list of the right values") from None
-    if not values:
-        raise UsageError(f"{what}: give at least one value")
+def _list(text: str, what: str, convert: Callable[[str], Any], valid: str) -> list[Any]:
+    """A comma list: every value converted, none repeated (the runs would be duplicates that
+    a table reports as separate seeds or baselines). ``valid`` says what may be listed."""
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    if not items:
+        raise UsageError(f"{what}: give at least one value ({valid})")
+    values = []
+    for item in items:
+        try:
+            values.append(convert(item))
+        except ValueError:
+            raise UsageError(f"{what} {text!r}: {item!r} is not one of {valid}") from None
+    repeated = [str(v) for v in dict.fromkeys(values) if values.count(v) > 1]
+    if repeated:
+        raise UsageError(
+            f"{what} {text!r}: {', '.join(repeated)} given more than once; name each once"
+        )
     return values
 
 
@@ -63,13 +79,32 @@ def _baseline(value: str) -> str:
     return value
 
 
+def _seed(value: str) -> int:
+    seed = int(value)
+    if seed < 0:
+        raise ValueError(value)
+    return seed
+
+
+BASELINE_CHOICES = ", ".join(ALL_BASELINES)
+SEED_CHOICES = "the integers 0 and up, e.g. 1,2,3"
+
+
 def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
     """The runs the top-level options ask for: every baseline for every seed, from the
     embedded scenario ``--scenario`` names (the default one for a plain label)."""
     base = preset(args.scenario)
-    baselines = _list(args.baselines, "--baselines", _baseline)
-    seeds = list(base.seeds) if args.seeds is None else _list(args.seeds, "--seeds", int)
+    baselines = _list(args.baselines, "--baselines", _baseline, BASELINE_CHOICES)
+    seeds = (
+        list(base.seeds)
+        if args.seeds is None
+        else _list(args.seeds, "--seeds", _seed, SEED_CHOICES)
+    )
     generator = {**base.generator, **_pairs(args.gen, "--gen")}
+    try:
+        GeneratorOptions.from_mapping(generator)
+    except ValueError as exc:
+        raise UsageError(f"--gen {exc}") from None
     hours = base.hours if args.hours is None else args.hours
     warmup = base.warmup_hours if args.warmup_hours is None else args.warmup_hours
     params = _pairs(args.param, "--param")
@@ -99,7 +134,26 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(map(str, first["loc"])) or "options"
-        raise UsageError(f"{where}: {first['msg']}") from None
+        flag = _FLAG_OF_FIELD.get(where, where)
+        raise UsageError(f"{flag}: {first['msg']}") from None
+
+
+_FLAG_OF_FIELD = {
+    "hours": "--hours",
+    "limit_hours": "--limit-hours",
+    "warmup_hours": "--warmup-hours",
+    "seed": "--seeds",
+}
+
+
+def check_specs(specs: Sequence[RunSpec]) -> None:
+    """Refuse, before anything runs, params the controller manager would refuse as
+    environment variables (the same bounds, read from its settings)."""
+    from joulie.cli.sim_params import first_problem
+
+    problem = first_problem(spec.params for spec in specs)
+    if problem:
+        raise UsageError(problem)
 
 
 class _Progress:
@@ -184,12 +238,16 @@ def _command(args: argparse.Namespace) -> int:
 
     command = args.simulate_command
     if command is None:
-        _emit(_run_specs(specs_from_args(args), args.workers, args.quiet), args)
+        specs = specs_from_args(args)
+        check_specs(specs)
+        _emit(_run_specs(specs, args.workers, args.quiet), args)
     elif command == "sweep":
         specs = sweep.load_sweep(args.file)
+        check_specs(specs)
         _emit(_run_specs(specs, args.sweep_workers, args.quiet), args)
     elif command == "job":
         specs = sweep.load_sweep(args.file)
+        check_specs(specs)
         objs = sweep_job.indexed_job(
             specs,
             image=args.image,

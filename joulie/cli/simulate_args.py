@@ -4,10 +4,28 @@ building the CLI's parser imports neither numpy nor the engine."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "at_least"]
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer no smaller than ``low`` (argparse names the option
+    and exits 2 with the reason)."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is less than {low}")
+        return value
+
+    convert.__name__ = "integer"
+    return convert
 
 
 def _common_output(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +119,10 @@ def add_parser(sub: Any) -> None:
         help="a policy, intent or engine setting, e.g. --param static_hp_frac=0.3 (repeatable)",
     )
     simulate.add_argument(
-        "--workers", type=int, default=1, help="runs in parallel on this machine (default 1)"
+        "--workers",
+        type=at_least(1),
+        default=1,
+        help="runs in parallel on this machine (default 1)",
     )
     simulate.add_argument(
         "--scenario",
@@ -115,7 +136,7 @@ def add_parser(sub: Any) -> None:
     commands = simulate.add_subparsers(dest="simulate_command", metavar="SUBCOMMAND")
     sweep = commands.add_parser("sweep", help="run a sweep file's grid on local cores")
     sweep.add_argument("file", type=Path, help="sweep file (YAML or JSON)")
-    sweep.add_argument("--workers", type=int, default=1, dest="sweep_workers")
+    sweep.add_argument("--workers", type=at_least(1), default=1, dest="sweep_workers")
     _common_output(sweep)
 
     job = commands.add_parser(
@@ -129,14 +150,14 @@ def add_parser(sub: Any) -> None:
         "--results-claim",
         help="PersistentVolumeClaim the runs write to (default: an emptyDir, only for trying)",
     )
-    job.add_argument("--parallelism", type=int)
+    job.add_argument("--parallelism", type=at_least(1))
 
     index = commands.add_parser("run-index", help="run one index of a sweep (the Job's pods)")
     index.add_argument("--specs", type=Path, required=True)
-    index.add_argument("--index", type=int, required=True)
+    index.add_argument("--index", type=at_least(0), required=True)
     index.add_argument("--output", type=Path, required=True, dest="index_output")
 
     collect = commands.add_parser("collect", help="gather an Indexed Job's run files")
     collect.add_argument("dir", type=Path, help="the folder the runs wrote to")
-    collect.add_argument("--expected", type=int, help="how many runs there should be")
+    collect.add_argument("--expected", type=at_least(1), help="how many runs there should be")
     _common_output(collect)

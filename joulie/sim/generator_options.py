@@ -12,6 +12,8 @@ from typing import Any
 __all__ = ["ARRIVAL_PROCESSES", "GeneratorOptions", "check_number"]
 
 ARRIVAL_PROCESSES = ("poisson", "diurnal", "bursts")
+MAX_LOAD = 4.0
+"""The highest offered load taken (four times the cluster's capacity over the run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,9 @@ class GeneratorOptions:
             raise ValueError(
                 f"arrivals: {self.arrivals!r} is not one of {', '.join(ARRIVAL_PROCESSES)}"
             )
-        check_number("load", self.load, low=0.0, low_open=True)
+        # Upper bounds keep a typo from asking for millions of jobs (the workload is held in
+        # memory): four times what the cluster can do already leaves a queue that never drains.
+        check_number("load", self.load, low=0.0, low_open=True, high=MAX_LOAD)
         for name in _SHARE_FIELDS:
             check_number(name, getattr(self, name), low=0.0, high=1.0)
         for group in _MIX_GROUPS:
@@ -85,8 +89,8 @@ class GeneratorOptions:
         for name in ("batch_priority", "default_priority", "urgent_priority"):
             _integer(name, getattr(self, name))
         check_number("diurnal_peak_hour", self.diurnal_peak_hour, low=0.0, high=24.0)
-        check_number("bursts_per_day", self.bursts_per_day, low=0.0, low_open=True)
-        check_number("burst_window_s", self.burst_window_s, low=0.0)
+        check_number("bursts_per_day", self.bursts_per_day, low=0.0, low_open=True, high=1440.0)
+        check_number("burst_window_s", self.burst_window_s, low=0.0, high=86400.0)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GeneratorOptions:

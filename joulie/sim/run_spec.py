@@ -19,9 +19,13 @@ ALL_BASELINES: tuple[Baseline, ...] = ("A", "B", "C", "D")
 """Every baseline: also D, class_caps with performance work first in the queue
 (manifests/priority), Joulie's own beyond upstream's."""
 
+MAX_HOURS = 366 * 24.0
+"""The longest run of arrivals taken: a year (the workload is generated in memory up front)."""
+
 
 class RunSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf or NaN anywhere: `--hours inf` would never end.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     scenario: str = "default"
     """Label of the scenario in tables and file names."""
@@ -33,10 +37,10 @@ class RunSpec(BaseModel):
     generator: dict[str, Any] = Field(default_factory=dict)
     """Generator options (field names of ``joulie.sim.generator.GeneratorOptions``)."""
     baseline: Baseline = "A"
-    seed: int = 1
-    hours: float = Field(24.0, gt=0)
+    seed: int = Field(1, ge=0, lt=2**63)
+    hours: float = Field(24.0, gt=0, le=MAX_HOURS)
     """Hours of arrivals the generator produces."""
-    limit_hours: float | None = Field(None, gt=0)
+    limit_hours: float | None = Field(None, gt=0, le=10 * MAX_HOURS)
     """Stop the run here even if workloads remain (None: run until every workload finished,
     or at most ten times ``hours``)."""
     governors: bool = False
@@ -47,7 +51,7 @@ class RunSpec(BaseModel):
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
     """Overrides of the policy and intent settings and engine knobs (see
     ``joulie.sim.engine.PARAMS``)."""
-    warmup_hours: float | None = Field(None, ge=0)
+    warmup_hours: float | None = Field(None, ge=0, le=MAX_HOURS)
     """Measure only from here to the end of arrivals (``hours``, or a trace's last
     submission): energy, completed work and the slowdown of the workloads submitted in that
     window are reported apart, and savings are taken over it. None: no measurement window."""

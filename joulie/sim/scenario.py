@@ -9,6 +9,7 @@ its environment variables default to; a unit test holds them equal) and take the
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -152,7 +153,23 @@ def _params(spec: RunSpec) -> dict[str, Any]:
         except (TypeError, ValueError):
             kind = "bool" if PARAMS[key] is _flag else PARAMS[key].__name__
             raise ValueError(f"params.{key}: {raw!r} is not a {kind}") from None
+        if isinstance(values[key], float) and not math.isfinite(values[key]):
+            raise ValueError(f"params.{key}: {raw!r} is not a finite number")
+        low, high = _ENGINE_RANGES.get(key, (None, None))
+        if (low is not None and values[key] < low) or (high is not None and values[key] > high):
+            raise ValueError(f"params.{key}: {raw!r} is outside {low:g}..{high:g}")
     return values
+
+
+_ENGINE_RANGES: Mapping[str, tuple[float, float]] = {
+    "sample_s": (1.0, 86400.0),
+    "ambient_c": (-50.0, 60.0),
+    "lifecycle_interval_s": (1.0, 86400.0),
+    "lifecycle_boot_delay_s": (0.0, 86400.0),
+}
+"""The simulator's own knobs (no environment variable to take bounds from): the engine steps
+every ``sample_s`` and lifecycle pass, so a tiny value would run for hours; a day is the
+longest step that still samples a day's run."""
 
 
 def _lifecycle(spec: RunSpec, params: Mapping[str, Any]) -> LifecycleSettings | None:

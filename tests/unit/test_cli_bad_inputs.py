@@ -106,3 +106,49 @@ def test_a_reconcile_interval_without_unit_or_out_of_range_is_refused(
     result = joulie("config", "--role", "manager", RECONCILE_INTERVAL=value)
     assert result.returncode == 2
     assert f"RECONCILE_INTERVAL={value!r}: {reason}" in result.stderr
+
+
+# --- simulate: params, generator, lists, workers ---------------------------------------------
+
+TINY = ["simulate", "-q", "--inventory", "exp02", "--hours", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # The environment variable's own bounds, read from the manager's settings.
+        (
+            ["--param", "static_hp_frac=1.5"],
+            "--param static_hp_frac=1.5: must be at most 1 "
+            "(accepted: a number >= 0 and <= 1, as STATIC_HP_FRAC)",
+        ),
+        (["--param", "static_hp_frac=-3"], "--param static_hp_frac=-3: must be at least 0"),
+        # This one hung for ten minutes (a reconcile every 0 s).
+        (
+            ["--param", "reconcile_interval_s=0"],
+            "--param reconcile_interval_s=0: must be more than 0s "
+            "(accepted: seconds >= 1s, as RECONCILE_INTERVAL)",
+        ),
+        (["--param", "reconcile_interval_s=inf"], "--param reconcile_interval_s=inf: not a finite"),
+        (["--param", "queue_hp_min=5", "--param", "queue_hp_max=2"], "is below QUEUE_HP_MIN=5"),
+        (["--param", "sample_s=0"], "params.sample_s: 0 is outside 1..86400"),
+        (["--gen", "load=7"], "--gen load: must be <= 4, got 7"),
+        (["--seeds", "1,1"], "--seeds '1,1': 1 given more than once"),
+        (["--baselines", "A,A"], "--baselines 'A,A': A given more than once"),
+        (["--baselines", "D,E"], "--baselines 'D,E': 'E' is not one of A, B, C, D"),
+        (["--seeds", "x"], "--seeds 'x': 'x' is not one of the integers 0 and up"),
+        (["--hours", "inf"], "--hours: Input should be a finite number"),
+    ],
+)
+def test_simulate_refuses_a_bad_option_before_running(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli([*TINY, *argv]) == 2
+    assert message in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_simulate_needs_at_least_one_worker(value: str) -> None:
+    result = joulie("simulate", f"--workers={value}")
+    assert result.returncode == 2
+    assert f"argument --workers: {value} is less than 1" in result.stderr
