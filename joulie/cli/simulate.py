@@ -7,6 +7,7 @@ host (wall time) only goes to standard error with the progress.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import sys
 import time
@@ -261,11 +262,20 @@ def _command(args: argparse.Namespace) -> int:
         path = sweep.run_index(args.specs, args.index, args.index_output)
         print(path)
     else:  # collect
+        if not args.dir.is_dir():
+            raise FileNotFoundError(errno.ENOENT, "no such folder", str(args.dir))
         try:
             results = result_io.collect(args.dir, args.expected)
         except result_io.MissingRuns as exc:
             print(f"joulie simulate collect: {exc}", file=sys.stderr)
             _emit(exc.results, args)
+            return 1
+        if not results:
+            # Nothing to compare: an exit 0 with an empty table read as success in a script.
+            print(
+                f"joulie simulate collect: {args.dir}: no run files (run-NNNNN.json) to collect",
+                file=sys.stderr,
+            )
             return 1
         _emit(results, args)
     return 0

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from joulie.api.yaml_file import yaml_problem
 from joulie.sim.result_io import (
     MissingRuns,
     collect,
@@ -66,6 +67,8 @@ results), the Indexed Job and its ``specs.json`` in ``sweep_job``; they are re-e
 sweep's whole life is importable from here."""
 
 Runner = Callable[[RunSpec], RunResult]
+MAX_SWEEP_BYTES = 1024**2
+"""Largest sweep file read (a sweep is a few lines; its expanded specs must fit a ConfigMap)."""
 KEYS = {
     "scenario", "inventories", "baselines", "seeds", "hours", "limit_hours",
     "trace", "generator", "params", "governors", "lifecycle",
@@ -189,10 +192,16 @@ def _validation_message(exc: ValidationError) -> str:
 def load_sweep(path: str | Path) -> list[RunSpec]:
     """The runs of a sweep file (YAML, which also reads JSON); errors name the file and key."""
     path = Path(path)
+    with open(path, "rb") as file:  # an OSError names the path (the CLI prints it so)
+        raw = file.read(MAX_SWEEP_BYTES + 1)
+    if len(raw) > MAX_SWEEP_BYTES:
+        raise SweepError(f"{path}: larger than {MAX_SWEEP_BYTES} bytes; a sweep is a few lines")
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SweepError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise SweepError(f"{path}: not YAML or JSON ({exc})") from exc
+        raise SweepError(f"{path}: not YAML or JSON: {yaml_problem(exc)}") from None
     if not isinstance(loaded, Mapping):
         raise SweepError(f"{path}: a sweep is a mapping of keys, got {type(loaded).__name__}")
     try:

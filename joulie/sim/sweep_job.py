@@ -6,6 +6,7 @@ run-index``). Plain dicts out, so this module needs no Kubernetes client.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,14 @@ def indexed_job(
     """
     if not specs:
         raise SweepError("an Indexed Job needs at least one spec")
+    _check_name("--name", name, 63 - len("-specs"), _DNS_LABEL)
+    _check_name("--namespace", namespace, 63, _DNS_LABEL)
+    if results_claim is not None:
+        _check_name("--results-claim", results_claim, 253, _DNS_SUBDOMAIN)
+    if not image or any(c.isspace() or not c.isprintable() for c in image):
+        raise SweepError(f"--image {image!r}: an image reference has no spaces")
+    if parallelism is not None and parallelism < 1:
+        raise SweepError(f"--parallelism {parallelism}: must be at least 1")
     data = specs_json(specs)
     if len(data.encode()) > CONFIGMAP_LIMIT_BYTES:
         raise SweepError(
@@ -91,6 +100,22 @@ def indexed_job(
         },
     }
     return [config_map, job]
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_name(option: str, value: str, longest: int, pattern: re.Pattern[str]) -> None:
+    """A name the API server would take, checked here so a printed manifest applies: lowercase
+    letters, digits and '-' (and '.' in a subdomain), alphanumeric at both ends."""
+    if len(value) > longest or not pattern.fullmatch(value):
+        what = "a DNS label" if pattern is _DNS_LABEL else "a DNS subdomain"
+        raise SweepError(
+            f"{option} {value!r}: not a valid Kubernetes name ({what}: lowercase letters, "
+            f"digits and '-', starting and ending with a letter or digit, at most "
+            f"{longest} characters)"
+        )
 
 
 def _pod_spec(image: str, config_map: str, results_claim: str | None) -> dict[str, Any]:
@@ -137,4 +162,14 @@ def _pod_spec(image: str, config_map: str, results_claim: str | None) -> dict[st
 
 def manifests_yaml(objs: Sequence[Mapping[str, Any]]) -> str:
     """The objects as one multi-document YAML stream, ready for ``kubectl apply -f -``."""
-    return yaml.safe_dump_all([dict(o) for o in objs], sort_keys=False, explicit_start=True)
+    return yaml.dump_all(
+        [dict(o) for o in objs], Dumper=_PlainDumper, sort_keys=False, explicit_start=True
+    )
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No ``&id001`` anchors for a value used twice (the Job's labels and its pods'): many
+    readers of a manifest, and people, do not follow aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True

@@ -152,3 +152,73 @@ def test_simulate_needs_at_least_one_worker(value: str) -> None:
     result = joulie("simulate", f"--workers={value}")
     assert result.returncode == 2
     assert f"argument --workers: {value} is less than 1" in result.stderr
+
+
+# --- sweeps, the Indexed Job, collect --------------------------------------------------------
+
+
+@pytest.fixture
+def sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text("inventories: [exp02]\nbaselines: [A]\nhours: 1\n")
+    return path
+
+
+def test_a_broken_sweep_file_is_one_line_with_its_line_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("baselines: [A,\nseeds: 2\n")
+    assert cli(["simulate", "sweep", str(broken)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"joulie simulate: {broken}: not YAML or JSON: at line 3, column 1:")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--name", "Bad_Name!"], "--name 'Bad_Name!': not a valid Kubernetes name"),
+        (["--namespace", "Team A"], "--namespace 'Team A': not a valid Kubernetes name"),
+        (["--results-claim=Claim"], "--results-claim 'Claim': not a valid Kubernetes name"),
+    ],
+)
+def test_the_job_refuses_names_the_api_server_would_refuse(
+    sweep_file: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["simulate", "job", str(sweep_file), "--image", "joulie:dev", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in one_line(captured.err)
+    assert captured.out == ""
+
+
+def test_the_job_needs_a_parallelism_of_at_least_one(sweep_file: Path) -> None:
+    result = joulie("simulate", "job", str(sweep_file), "--image", "x", "--parallelism", "0")
+    assert result.returncode == 2
+    assert "argument --parallelism: 0 is less than 1" in result.stderr
+
+
+def test_the_job_manifest_has_no_yaml_anchors(
+    sweep_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["simulate", "job", str(sweep_file), "--image", "joulie:dev"]) == 0
+    out = capsys.readouterr().out
+    assert "&id" not in out
+    assert "*id" not in out
+
+
+def test_collect_on_an_empty_folder_fails_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["simulate", "collect", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert one_line(captured.err) == (
+        f"joulie simulate collect: {tmp_path}: no run files (run-NNNNN.json) to collect"
+    )
+    assert captured.out == ""
+
+
+def test_collect_on_a_missing_folder_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["simulate", "collect", str(tmp_path / "nope")]) == 2
+    assert one_line(capsys.readouterr().err) == f"joulie: {tmp_path / 'nope'}: no such folder"
