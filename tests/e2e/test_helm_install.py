@@ -1,8 +1,8 @@
 """`helm install` of charts/joulie on a cluster: every role comes up ready, the agent pool and the
 simulator included, on KWOK nodes (the image need not exist: KWOK runs no containers). The
 priority classes are accepted for Joulie's own namespace, the disruption budgets let one replica
-go at a time, and `helm uninstall` takes everything back except the CRDs (Helm never deletes
-those, so the NodeTwins survive).
+go at a time, `helm upgrade` rolls a changed setting out, and `helm uninstall` takes everything
+back except the CRDs (Helm never deletes those, so the NodeTwins survive).
 
 The chart owns cluster-wide objects (ClusterRoles, admission policies, the joulie-performance
 PriorityClass) that the session's shared cluster already holds from manifests/ for the other
@@ -178,6 +178,39 @@ def test_critical_roles_get_their_priority_and_one_replica_may_go_at_a_time(
         return True
 
     wait_until(budgets_settled, 60, "each budget to allow one disruption of two healthy pods")
+
+
+def test_upgrade_rolls_a_changed_setting_out_to_the_manager(installed: LocalCluster) -> None:
+    helm(
+        installed,
+        "upgrade",
+        "joulie",
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "manager.settings.RECONCILE_INTERVAL=45s",
+        "--wait",
+        "--timeout=5m",
+    )
+
+    def managers_with_new_interval() -> bool:
+        pods = get(
+            installed,
+            f"/api/v1/namespaces/{NAMESPACE}/pods"
+            "?labelSelector=app.kubernetes.io/component=manager",
+        )["items"]
+        current = [
+            p
+            for p in pods
+            if "deletionTimestamp" not in p["metadata"]
+            and {"name": "RECONCILE_INTERVAL", "value": "45s"} in p["spec"]["containers"][0]["env"]
+            and p["status"]["phase"] == "Running"
+        ]
+        return len(current) == 2 and len(pods) == 2
+
+    wait_until(managers_with_new_interval, 120, "two manager pods with RECONCILE_INTERVAL=45s")
 
 
 def test_uninstall_removes_the_roles_and_keeps_the_crds(installed: LocalCluster) -> None:
