@@ -170,6 +170,16 @@ def test_scheduler_enabled_adds_the_second_scheduler_of_the_manifests(binaries: 
     assert "joulie-scheduler" in {o["metadata"]["name"] for o in chart}
 
 
+def test_grafana_dashboard_enabled_adds_the_dashboard_of_the_manifests(binaries: Path) -> None:
+    """charts/joulie/files/joulie-dashboard.json is a copy of manifests/grafana's."""
+    chart = [
+        o
+        for o in helm_template(binaries, "--set", "grafanaDashboard.enabled=true")
+        if o["kind"] == "ConfigMap"
+    ]
+    assert_same(chart, kustomize(binaries, "manifests/grafana"))
+
+
 def test_namespace_create_renders_the_manifests_namespace(binaries: Path) -> None:
     chart = [
         o
@@ -263,6 +273,7 @@ def test_lint_is_clean_with_every_option_on(binaries: Path) -> None:
             "namespace.create=true",
             "scheduler.enabled=true",
             "scheduler.podDisruptionBudget.enabled=true",
+            "grafanaDashboard.enabled=true",
         ]
     )
     for args in ([], ["--set", every]):
