@@ -191,6 +191,7 @@ def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunR
     from joulie.sim.scenario import run as run_one
 
     _warn_unknown_models(specs)
+    _check_traces(specs)
     progress = _Progress(quiet)
     if workers > 1 and len(specs) > 1:
         results = sweep.run_all(specs, workers, progress=progress(f"{len(specs)} runs"))
@@ -202,6 +203,51 @@ def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunR
         results.append(run_one(spec, progress(label)))
         progress.done(label)
     return results
+
+
+def _check_traces(specs: Sequence[RunSpec]) -> None:
+    """Before any run: a trace with no workload, or none that any node of the inventory can
+    hold, is refused (the runs would report a row of zeros and exit 0); a trace with some
+    workloads that fit nowhere gets a warning naming how many (they stay pending to the end of
+    each run and count as unfinished)."""
+    from joulie.core.intents import IntentConfig
+    from joulie.hardware.catalog import Catalog
+    from joulie.sim.fleet import build_fleet
+    from joulie.sim.scenario import load_named_inventory
+    from joulie.sim.trace import read_trace
+
+    for trace, inventory in dict.fromkeys((s.trace, s.inventory) for s in specs if s.trace):
+        assert trace is not None
+        workloads = read_trace(trace)
+        if not workloads:
+            raise UsageError(f"{trace}: the trace holds no workloads, so nothing would run")
+        fleet = build_fleet(load_named_inventory(inventory), Catalog.load(), IntentConfig())
+        misfits = [w for w in workloads if not _fits_somewhere(w, fleet)]
+        if not misfits:
+            continue
+        first = misfits[0]
+        asks = f"{first.id} asks {first.cpu_millis}m CPU, {first.memory_bytes / 2**30:g} GiB"
+        if first.gpus:
+            asks += f", {first.gpus} {first.gpu_resource}"
+        if len(misfits) == len(workloads):
+            raise UsageError(
+                f"{trace}: no workload fits any node of inventory {inventory} (e.g. {asks}), "
+                "so nothing would run"
+            )
+        print(
+            f"joulie simulate: warning: {trace}: {len(misfits)} of {len(workloads)} workloads "
+            f"fit no node of inventory {inventory} and will never run (e.g. {asks})",
+            file=sys.stderr,
+        )
+
+
+def _fits_somewhere(workload: Any, fleet: Any) -> bool:
+    """Whether one node of ``fleet`` offers what one pod of ``workload`` requests."""
+    fits = (fleet.cpu_millis >= workload.cpu_millis) & (fleet.memory_bytes >= workload.memory_bytes)
+    if workload.gpus and workload.gpu_resource:
+        offers = [r == workload.gpu_resource for r in fleet.gpu_resource]
+        fits &= (fleet.gpus >= workload.gpus) & offers
+    return bool(fits.any())
 
 
 def _warn_unknown_models(specs: Sequence[RunSpec]) -> None:

@@ -29,6 +29,16 @@ SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (TRACE_SCHEMA_VERSION,)
 _EPSILON = 1e-9
 
 
+MAX_CPU_MILLIS = 10**9
+"""Largest CPU request of one pod taken: a million cores (``cpu: "1E"`` is a valid quantity, a
+billion billion cores, and overflowed the engine's 64-bit columns)."""
+MAX_MEMORY_BYTES = 2**60
+"""Largest memory request of one pod taken: an exbibyte."""
+MAX_GPUS = 10**6
+"""Largest GPU request of one pod taken. A request no node can hold is warned about (or
+refused when nothing fits) by ``joulie simulate``, which knows the inventory."""
+
+
 class TraceError(ValueError):
     """A trace that cannot be used; the message names the file, the line and the field."""
 
@@ -119,9 +129,13 @@ def workload_problem(w: Workload) -> tuple[str, str] | None:
         return "pods", f"must be >= 1, got {w.pods}"
     if not 1 <= w.min_count <= w.pods:
         return "min_count", f"must be between 1 and pods ({w.pods}), got {w.min_count}"
-    for name in ("cpu_millis", "memory_bytes", "gpus"):
-        if getattr(w, name) < 0:
-            return name, f"must be >= 0, got {getattr(w, name)}"
+    for name, most in (
+        ("cpu_millis", MAX_CPU_MILLIS),
+        ("memory_bytes", MAX_MEMORY_BYTES),
+        ("gpus", MAX_GPUS),
+    ):
+        if not 0 <= getattr(w, name) <= most:
+            return name, f"must be from 0 to {most}, got {getattr(w, name)}"
     if w.gpu_resource is not None and not _is_gpu_resource(w.gpu_resource):
         return "gpu_resource", f"{w.gpu_resource!r} is not a GPU resource name"
     if w.gpus > 0 and w.gpu_resource is None:
@@ -138,9 +152,13 @@ def _plainly_valid(w: Workload) -> bool:
         and 0.0 <= w.submit_s < math.inf
         and 0.0 < w.work_s < math.inf
         and 1 <= w.min_count <= w.pods
-        and w.cpu_millis >= 0
-        and w.memory_bytes >= 0
-        and (w.gpus == 0 if resource is None else (w.gpus >= 0 and _is_gpu_resource(resource)))
+        and 0 <= w.cpu_millis <= MAX_CPU_MILLIS
+        and 0 <= w.memory_bytes <= MAX_MEMORY_BYTES
+        and (
+            w.gpus == 0
+            if resource is None
+            else (0 <= w.gpus <= MAX_GPUS and _is_gpu_resource(resource))
+        )
         and 0.0 <= w.cpu_sensitivity <= 1.0
         and 0.0 <= w.gpu_sensitivity <= 1.0
         and w.cpu_sensitivity + w.gpu_sensitivity <= 1.0 + _EPSILON

@@ -19,7 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from joulie.api.gpu import gpu_resource_kind
 from joulie.api.quantity import QuantityError, parse_quantity
 from joulie.api.workload import DisruptionMode
-from joulie.sim.trace import InvalidWorkload, TraceError, Workload, describe_validation
+from joulie.sim.trace import (
+    MAX_CPU_MILLIS,
+    MAX_GPUS,
+    MAX_MEMORY_BYTES,
+    InvalidWorkload,
+    TraceError,
+    Workload,
+    describe_validation,
+)
 
 UPSTREAM_SCHEMA_VERSIONS: tuple[str, ...] = ("v1",)
 UPSTREAM_UNITS_PER_SECOND = 2.0
@@ -165,11 +173,21 @@ def _upstream_requests(template: _PodTemplate, where: str) -> tuple[int, int, in
             cpu_millis = math.ceil(value * 1000)
             if cpu_millis <= 0:
                 raise InvalidWorkload(field, f"must be > 0, got {raw!r}")
+            if cpu_millis > MAX_CPU_MILLIS:
+                raise InvalidWorkload(
+                    field, f"{raw!r} is more than a pod can ask (at most {MAX_CPU_MILLIS // 1000})"
+                )
         elif name == "memory":
             memory = math.ceil(value)
+            if memory > MAX_MEMORY_BYTES:
+                raise InvalidWorkload(field, f"{raw!r} is more than a pod can ask (at most 1Ei)")
         elif name in _GPU_ALIASES or gpu_resource_kind(name) is not None:
             if value.denominator != 1 or value < 0:
                 raise InvalidWorkload(field, f"GPUs come whole: {raw!r} is not a whole number")
+            if value > MAX_GPUS:
+                raise InvalidWorkload(
+                    field, f"{raw!r} is more than a pod can ask (at most {MAX_GPUS})"
+                )
             if resource is not None and int(value) > 0 and gpus > 0:
                 raise InvalidWorkload(field, f"a second GPU resource besides {resource}")
             if int(value) > 0:

@@ -222,3 +222,63 @@ def test_collect_on_a_missing_folder_names_it(
 ) -> None:
     assert cli(["simulate", "collect", str(tmp_path / "nope")]) == 2
     assert one_line(capsys.readouterr().err) == f"joulie: {tmp_path / 'nope'}: no such folder"
+
+
+# --- traces ----------------------------------------------------------------------------------
+
+
+def upstream_trace(data_dir: Path, tmp_path: Path, old: str, new: str, *, only: bool) -> Path:
+    """The upstream example trace with one request changed (``only``: that job alone)."""
+    lines = (data_dir / "traces" / "upstream-example.jsonl").read_text().splitlines()
+    changed = [line.replace(old, new) for line in lines]
+    if only:
+        changed = [line for line in changed if new in line]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(changed) + "\n")
+    return path
+
+
+def run_trace(trace: Path) -> int:
+    return cli(
+        ["simulate", "-q", "--inventory", "exp02", "--trace", str(trace), "--baselines", "A"]
+    )
+
+
+def test_a_huge_but_valid_cpu_quantity_is_refused_with_file_and_line(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = upstream_trace(data_dir, tmp_path, '"cpu": "4"', '"cpu": "1E"', only=False)
+    assert run_trace(trace) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"joulie simulate: {trace}:2: podTemplate.requests.cpu: '1E' is more than a pod can "
+        "ask (at most 1000000)"
+    )
+
+
+def test_a_workload_no_node_can_hold_is_warned_about(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = upstream_trace(data_dir, tmp_path, '"gpu": "1"', '"gpu": "9999"', only=False)
+    assert run_trace(trace) == 0
+    err = capsys.readouterr().err
+    assert f"joulie simulate: warning: {trace}: 1 of 5 workloads fit no node" in one_line(err)
+    assert "9999 nvidia.com/gpu" in err
+
+
+def test_a_trace_where_nothing_fits_is_refused(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = upstream_trace(data_dir, tmp_path, '"gpu": "1"', '"gpu": "9999"', only=True)
+    assert run_trace(trace) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"joulie simulate: {trace}: no workload fits any node of inventory")
+    assert line.endswith("so nothing would run")
+
+
+def test_an_empty_trace_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "empty.jsonl"
+    trace.write_text("")
+    assert run_trace(trace) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"joulie simulate: {trace}: the trace holds no workloads, so nothing would run"
+    )

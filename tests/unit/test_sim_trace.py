@@ -135,7 +135,7 @@ _DROP = object()
         ({"disruption": "some"}, "disruption: Input should be 'single' or 'all'"),
         ({"performance": "yes"}, "performance: Input should be a valid boolean"),
         ({"cpuMillis": 1.5}, "cpuMillis: Input should be a valid integer"),
-        ({"memoryBytes": -1}, "memoryBytes: must be >= 0"),
+        ({"memoryBytes": -1}, "memoryBytes: must be from 0 to 1152921504606846976"),
         ({"gpuCount": 1}, "gpuCount: not a field of this record type"),
     ],
 )
