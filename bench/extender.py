@@ -25,10 +25,10 @@ its debug view must show fresh, non-neutral terms.
    are created in a fresh namespace with kube-scheduler stopped, then kube-scheduler is started
    and the bindings are watched; pods/s is counted from the first binding to the last. Once
    without the extender and once with each shipped configuration's entry (``example``: filter,
-   prioritize and preempt; ``prioritize-only``: no filter, for class_caps), ``--rounds`` times. Every process's CPU
-   time per pod, kube-scheduler's own metrics and the extender's request histogram show where a
-   pod's time goes. The extender is no longer pinned here: everything shares both cores, as a
-   control-plane node's processes would.
+   prioritize and preempt; ``prioritize-only``: no filter, for class_caps), ``--rounds`` times.
+   Every process's CPU time per pod, kube-scheduler's own metrics and the extender's request
+   histogram show where a pod's time goes. The extender is no longer pinned here: everything
+   shares both cores, as a control-plane node's processes would.
 """
 
 from __future__ import annotations
@@ -559,7 +559,8 @@ class Scheduler:
 
 def configuration(path: Path) -> str:
     """A shipped scheduler configuration's short name (``example``, ``prioritize-only``)."""
-    return path.name.removeprefix("kube-scheduler-config.").removesuffix(".yaml")
+    name = path.name.removeprefix("kube-scheduler-config.").removesuffix(".yaml")
+    return name.removesuffix(".example") if name != "example" else name
 
 
 def histograms(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:

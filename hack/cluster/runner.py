@@ -647,7 +647,7 @@ class LocalCluster:
 _MANIFESTS = Path(__file__).resolve().parents[2] / "manifests/extender"
 EXTENDER_CONFIG = _MANIFESTS / "kube-scheduler-config.example.yaml"
 """The shipped configuration: filter, prioritize and preempt."""
-PRIORITIZE_ONLY_CONFIG = _MANIFESTS / "kube-scheduler-config.prioritize-only.yaml"
+PRIORITIZE_ONLY_CONFIG = _MANIFESTS / "kube-scheduler-config.prioritize-only.example.yaml"
 """The shipped configuration for a policy that leaves no node eco or draining: no filter."""
 
 
