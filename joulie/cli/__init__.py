@@ -22,6 +22,8 @@ from joulie.settings import Loaded, Source, describe_value
 # use them, so a quick `joulie plan` or `joulie config` does not pay for them.
 
 EXIT_CONFIG = 2
+PLAN_TIMEOUT_S = 15.0
+"""How long `joulie plan --live` waits for the API server by default."""
 EXIT_CLUSTER = 1
 """A one-shot command could not use the cluster: unreachable, TLS, refused. (A kubeconfig that
 cannot be used is a configuration error, EXIT_CONFIG.)"""
@@ -65,7 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         "(or mode) does not read is refused.",
     )
     source = plan.add_mutually_exclusive_group(required=True)
-    source.add_argument("--inventory", type=Path, help="cluster inventory file")
+    source.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE_OR_NAME",
+        help="a cluster inventory file, or an embedded one as `joulie simulate` takes it "
+        "(default, exp01, exp01-5k, exp02, exp02-5k, exp03, exp03-5k)",
+    )
     source.add_argument(
         "--live",
         action="store_true",
@@ -83,13 +91,18 @@ def _parser() -> argparse.ArgumentParser:
         help=f"{_demand_readers()} with --inventory: running + pending performance pods "
         "(default 0)",
     )
-    plan.add_argument("--output", choices=("table", "json"), default="table")
+    plan.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="what to print"
+    )
     plan.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
         help="--live: give up when the API server has not answered (or a list has kept "
-        "failing) for this long (default 15)",
+        f"failing) for this long (default {PLAN_TIMEOUT_S:g})",
+    )
+    plan.add_argument(
+        "--kubeconfig", metavar="FILE", help="--live: kubeconfig file (default: KUBECONFIG)"
     )
     from joulie.cli.lifecycle import add_parser as add_lifecycle
     from joulie.cli.simulate_args import add_parser as add_simulate
@@ -295,14 +308,22 @@ def _plan(args: argparse.Namespace) -> int:
         # own "retrying" warnings would only repeat it.
         logging.getLogger("joulie.informer").setLevel(logging.ERROR)
 
+        timeout = PLAN_TIMEOUT_S if args.timeout is None else args.timeout
         try:
-            print(asyncio.run(live(plan_settings, args.output, args.timeout)))
+            print(asyncio.run(live(plan_settings, args.output, timeout, args.kubeconfig)))
         except ClusterError as exc:
             print(f"joulie: {exc}", file=sys.stderr)
             return EXIT_CONFIG if exc.config else EXIT_CLUSTER
         return 0
     try:
-        inventory = load_inventory(args.inventory)
+        if args.inventory.exists():
+            inventory = load_inventory(args.inventory)
+        else:
+            # Not a file: an embedded inventory by name, as `joulie simulate` takes it (the
+            # message lists them for an unknown name).
+            from joulie.sim.scenario import load_named_inventory
+
+            inventory = load_named_inventory(str(args.inventory))
         catalog = load_catalog(os.environ.get("HARDWARE_CATALOG_PATH"))
     except (InventoryError, CatalogError) as exc:
         print(f"joulie: {exc}", file=sys.stderr)
@@ -313,7 +334,7 @@ def _plan(args: argparse.Namespace) -> int:
     nodes = inventory_nodes(inventory, catalog, label_keys)
     result = make_plan(nodes, plan_settings, args.perf_pods)
     gpu_caps = family_gpu_caps(inventory_views(inventory, catalog, label_keys), catalog)
-    print(render(nodes, result, args.output, gpu_caps))
+    print(render(nodes, result, args.output, gpu_caps, plan_settings.policy_type.value))
     return 0
 
 
@@ -353,6 +374,8 @@ def _plan_flag_problem(
             return "--perf-pods does not apply with --live, which counts the cluster's own pods"
     if args.timeout is not None and not args.live:
         return "--timeout applies only with --live (an --inventory plan waits for nothing)"
+    if args.kubeconfig is not None and not args.live:
+        return "--kubeconfig applies only with --live (an --inventory plan reads no cluster)"
     return None
 
 

@@ -100,18 +100,26 @@ def render(
     result: Plan,
     output: str,
     gpu_caps: Mapping[str, float | None] | None = None,
+    policy: str | None = None,
 ) -> str:
     """The plan as a table or JSON; ``gpu_caps`` (:func:`family_gpu_caps`) are shown when the
-    policy caps each GPU by the class of its pod."""
+    policy caps each GPU by the class of its pod. ``policy``: the registry name the user sets
+    (POLICY_TYPE, ``--policy``), shown with the versioned name the NodeTwins record.
+
+    JSON keys are snake_case, as in every JSON the CLI prints (``status``, ``simulate``,
+    ``config``): those are the larger part and are read by Python tools; only the Kubernetes
+    objects themselves are camelCase, as the API requires."""
     performance = frozenset(n for n, p in result.profiles.items() if p == "performance")
     split = family_split(nodes, performance)
     caps = result.class_caps
+    registry_name = policy or result.policy_name
     if output == "json":
         data: dict[str, Any] = {
-            "policy": result.policy_name,
-            "hpCount": result.hp_count,
-            "performanceCount": result.performance_count,
-            "nodeCount": len(nodes),
+            "policy": registry_name,
+            "policy_version": result.policy_name,
+            "hp_count": result.hp_count,
+            "performance_count": result.performance_count,
+            "node_count": len(nodes),
             "families": {
                 family: {"nodes": total, "performance": perf}
                 for family, (total, perf) in sorted(split.items())
@@ -119,14 +127,15 @@ def render(
             "nodes": dict(sorted(result.profiles.items())),
         }
         if caps is not None:
-            data["classCaps"] = {
-                "performancePctOfMax": caps.performance_pct_of_max,
-                "standardAndIdleWattsPerGpu": dict(sorted((gpu_caps or {}).items())),
+            data["class_caps"] = {
+                "performance_pct_of_max": caps.performance_pct_of_max,
+                "standard_and_idle_watts_per_gpu": dict(sorted((gpu_caps or {}).items())),
             }
         return json.dumps(data, indent=2)
     width = max([len("FAMILY"), *(len(f) for f in split)])
+    version = f" ({result.policy_name})" if result.policy_name != registry_name else ""
     lines = [
-        f"policy {result.policy_name}: {result.performance_count} of {len(nodes)} nodes in "
+        f"policy {registry_name}{version}: {result.performance_count} of {len(nodes)} nodes in "
         f"performance (requested {result.hp_count})",
         "",
         f"{'FAMILY':<{width}}  {'NODES':>6}  {'PERFORMANCE':>11}  {'ECO':>6}",
@@ -161,7 +170,9 @@ def _class_caps_lines(caps: ClassCaps, gpu_caps: Mapping[str, float | None]) -> 
     return lines
 
 
-async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) -> str:
+async def live(
+    settings: ManagerSettings, output: str, timeout: float = 15.0, kubeconfig: str | None = None
+) -> str:
     """Plan the live cluster from one sync of the manager's own caches; write nothing.
 
     Raises ``ClusterError`` when the cluster is not configured, does not answer within
@@ -172,7 +183,7 @@ async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) ->
     from joulie.manager.role import ManagerRole
 
     stopping = asyncio.Event()
-    async with await connect(timeout=timeout) as client:
+    async with await connect(kubeconfig, timeout=timeout) as client:
         role = ManagerRole(settings, client)
         try:
             tasks = await wait_synced(
@@ -192,10 +203,10 @@ async def live(settings: ManagerSettings, output: str, timeout: float = 15.0) ->
         if node.current_profile != planned.result.profiles[node.name]
     }
     gpu_caps = family_gpu_caps(planned.views.values(), Catalog.load())
-    text = render(planned.plan_nodes, planned.result, output, gpu_caps)
+    text = render(planned.plan_nodes, planned.result, output, gpu_caps, settings.policy_type.value)
     if output == "json":
         data = json.loads(text)
-        data["performancePods"] = planned.perf_pods
+        data["performance_pods"] = planned.perf_pods
         data["changes"] = {n: {"from": old, "to": new} for n, (old, new) in sorted(changes.items())}
         return json.dumps(data, indent=2)
     lines = [text, "", f"performance pods (running + pending): {planned.perf_pods}"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie.api.enums import GovernorControl
-from joulie.api.inventory import Inventory, load_inventory, parse_inventory
+from joulie.api.inventory import Inventory, InventoryError, load_inventory, parse_inventory
 from joulie.core.intents import IntentConfig
 from joulie.core.lifecycle import LifecycleConfig
 from joulie.core.lifecycle_limits import Limits
@@ -133,6 +133,11 @@ def load_named_inventory(name: str) -> Inventory:
     """An embedded inventory by name, else the inventory file at the path ``name``."""
     file = EMBEDDED_INVENTORIES.get(name)
     if file is None:
+        if not Path(name).exists():
+            raise InventoryError(
+                f"{name}: no such inventory file, nor an embedded inventory (embedded: "
+                f"{', '.join(EMBEDDED_INVENTORIES)})"
+            )
         return load_inventory(Path(name))
     text = resources.files("joulie.sim").joinpath("data", "inventories", file).read_text()
     import yaml

@@ -54,8 +54,8 @@ def test_live_plan_lists_changes_and_writes_nothing(cluster: LocalCluster) -> No
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["nodeCount"] == len(nodes) == 16
-    assert out["performanceCount"] == 8
+    assert out["node_count"] == len(nodes) == 16
+    assert out["performance_count"] == 8
     assert len(out["families"]) == 8
     assert out["nodes"][nodes[1]["metadata"]["name"]] == "performance"
     changes = out["changes"]

@@ -4,6 +4,7 @@ traceback, a hang or a silent exit 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -281,4 +282,47 @@ def test_an_empty_trace_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert run_trace(trace) == 2
     assert one_line(capsys.readouterr().err) == (
         f"joulie simulate: {trace}: the trace holds no workloads, so nothing would run"
+    )
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+def test_plan_takes_an_embedded_inventory_by_name_and_prints_the_registry_name() -> None:
+    result = joulie("plan", "--inventory", "exp02-5k")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("policy static_partition (static-partition-v1): ")
+    assert "of 5000 nodes in performance" in first
+
+
+@pytest.mark.parametrize("command", [["plan", "--inventory"], ["simulate", "-q", "--inventory"]])
+def test_an_unknown_inventory_name_lists_the_embedded_ones(command: list[str]) -> None:
+    result = joulie(*command, "exp99")
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "exp99: no such inventory file, nor an embedded inventory" in line
+    assert "(embedded: default, exp01, exp01-5k, exp02, exp02-5k, exp03, exp03-5k)" in line
+
+
+def test_plan_json_keys_are_snake_case_like_the_other_commands() -> None:
+    result = joulie("plan", "--inventory", "exp02", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    keys = set(json.loads(result.stdout))
+    assert {"policy", "policy_version", "hp_count", "performance_count", "node_count"} <= keys
+    assert not any(any(c.isupper() for c in key) for key in keys)
+
+
+def test_plan_live_takes_a_kubeconfig_like_status(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = joulie("plan", "--live", "--kubeconfig", str(missing))
+    assert result.returncode == 2
+    assert str(missing) in one_line(result.stderr)
+
+
+def test_plan_refuses_a_kubeconfig_without_live() -> None:
+    result = joulie("plan", "--inventory", "exp02", "--kubeconfig", "x")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == (
+        "joulie: --kubeconfig applies only with --live (an --inventory plan reads no cluster)"
     )

@@ -35,9 +35,9 @@ def test_exp02_5k_static_partition_keeps_a_fifth_of_every_family() -> None:
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["policy"] == "static-partition-v1"
-    assert out["nodeCount"] == 5000
-    assert out["hpCount"] == out["performanceCount"] == 1000
+    assert (out["policy"], out["policy_version"]) == ("static_partition", "static-partition-v1")
+    assert out["node_count"] == 5000
+    assert out["hp_count"] == out["performance_count"] == 1000
     assert len(out["families"]) == 8
     assert sum(f["nodes"] for f in out["families"].values()) == 5000
     for family, counts in out["families"].items():
@@ -62,8 +62,8 @@ def test_queue_aware_follows_performance_pods() -> None:
     busy = json.loads(plan(*args, "--perf-pods", "150", QUEUE_HP_BASE_FRAC="0").stdout)
     # Without demand only the one-per-family floor stays in performance; 150 pods at 10 per
     # node ask for 15.
-    assert quiet["performanceCount"] == 8
-    assert busy["performanceCount"] == 15
+    assert quiet["performance_count"] == 8
+    assert busy["performance_count"] == 15
 
 
 def test_table_output_and_errors(tmp_path: Path) -> None:
@@ -91,11 +91,11 @@ def test_class_caps_keeps_every_node_in_performance_and_shows_each_boards_cap() 
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["policy"] == "class-caps-v1"
-    assert out["performanceCount"] == out["nodeCount"]
-    caps = out["classCaps"]
-    assert caps["performancePctOfMax"] == 90.0
-    watts = caps["standardAndIdleWattsPerGpu"]
+    assert (out["policy"], out["policy_version"]) == ("class_caps", "class-caps-v1")
+    assert out["performance_count"] == out["node_count"]
+    caps = out["class_caps"]
+    assert caps["performance_pct_of_max"] == 90.0
+    watts = caps["standard_and_idle_watts_per_gpu"]
     # Every GPU family, each at its board's energy-optimal cap, within the board's range: an
     # H100 SXM (200-700 W) well above an L40S (100-350 W).
     assert set(watts) == {f for f in out["families"] if f.startswith("gpu:")}

@@ -187,13 +187,13 @@ def test_plan_warns_once_per_model_on_stderr_and_prints_json_on_stdout(
     assert code == 0, err
     prefix = f"joulie: warning: {path}: "
     assert err.splitlines() == [prefix + line.format("planned") for line in EXPECTED]
-    assert json.loads(out)["nodeCount"] == 8
+    assert json.loads(out)["node_count"] == 8
     # A second plan in the same process says it again: each command warns about its inventory.
     assert warnings(plan(path, capsys)[2]) == err.splitlines()
 
     code, out, err = plan(known_inventory(tmp_path), capsys)
     assert (code, err) == (0, "")
-    assert json.loads(out)["nodeCount"] == 3
+    assert json.loads(out)["node_count"] == 3
 
 
 # --- the controller manager --------------------------------------------------------------------
