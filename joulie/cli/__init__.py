@@ -13,6 +13,7 @@ from typing import Any
 
 from joulie import __version__
 from joulie.cli.errors import EXIT_INTERRUPTED, os_error_line
+from joulie.cli.help import use_everywhere
 from joulie.core.policies import PARAMETERS, POLICIES, Parameter, PolicyType, Reads
 from joulie.process.roles import ROLES, RoleSpec, UnknownRoleError, load_settings, parse_roles
 from joulie.process.settings import ProcessSettings
@@ -57,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help=f"comma-separated roles: {', '.join(ROLES)}",
     )
-    config.add_argument("--output", choices=("table", "json"), default="table")
+    config.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="what to print"
+    )
 
     plan = sub.add_parser(
         "plan",
@@ -80,16 +83,26 @@ def _parser() -> argparse.ArgumentParser:
         help="plan the cluster in KUBECONFIG (or in-cluster) as it is now, and show the nodes "
         "whose profile would change",
     )
-    plan.add_argument("--policy", choices=[p.value for p in PolicyType])
+    plan.add_argument(
+        "--policy",
+        choices=[p.value for p in PolicyType],
+        help="the policy to plan with (default: POLICY_TYPE, else static_partition)",
+    )
     for parameter in _PLAN_FLAGS:
+        variable = parameter.name.upper()
         plan.add_argument(
-            parameter.flag or "", dest=parameter.name, type=parameter.type, help=parameter.doc
+            parameter.flag or "",
+            dest=parameter.name,
+            type=parameter.type,
+            metavar="N" if parameter.type is int else "NUMBER",
+            help=f"{parameter.doc.rstrip('.')} (default: {variable}, else {parameter.default:g})",
         )
     plan.add_argument(
         "--perf-pods",
         type=int,
+        metavar="N",
         help=f"{_demand_readers()} with --inventory: running + pending performance pods "
-        "(default 0)",
+        "(default: 0)",
     )
     plan.add_argument(
         "--output", "-o", choices=("table", "json"), default="table", help="what to print"
@@ -99,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="--live: give up when the API server has not answered (or a list has kept "
-        f"failing) for this long (default {PLAN_TIMEOUT_S:g})",
+        f"failing) for this long (default: {PLAN_TIMEOUT_S:g})",
     )
     plan.add_argument(
         "--kubeconfig", metavar="FILE", help="--live: kubeconfig file (default: KUBECONFIG)"
@@ -111,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     add_status(sub)
     add_simulate(sub)
     add_lifecycle(sub)
+    use_everywhere(parser)
     return parser
 
 
@@ -248,7 +262,21 @@ def _config(roles_text: str, output: str) -> int:
     for item in loaded:
         for warning in item.warnings:
             print(f"joulie: warning: {warning}", file=sys.stderr)
-    return EXIT_CONFIG if _report_problems(loaded) else 0
+    if not _report_problems(loaded):
+        return 0
+    required = sorted(
+        {p.variable for item in loaded for p in item.problems if p.detail.startswith("is required")}
+    )
+    if required:
+        # Off the cluster (a laptop) a role's required variables are naturally unset: the table
+        # above is still what the role would run with; say how to check the rest.
+        example = " ".join(f"{v}=..." for v in required)
+        print(
+            f"joulie: the role needs {', '.join(required)} where it runs (its manifest sets "
+            f"it); to check the rest here: {example} joulie config --role {roles_text}",
+            file=sys.stderr,
+        )
+    return EXIT_CONFIG
 
 
 def _plan(args: argparse.Namespace) -> int:

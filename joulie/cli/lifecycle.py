@@ -29,7 +29,9 @@ def add_parser(sub: Any) -> None:
         f"{MATRIX_FILE_VARIABLE}) after checking that it decides every tuple exactly once. "
         "An invalid file exits with status 2 and says what is wrong.",
     )
-    matrix.add_argument("--output", choices=("table", "json"), default="table")
+    matrix.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="what to print"
+    )
     matrix.add_argument(
         "--file",
         metavar="PATH",

@@ -326,3 +326,42 @@ def test_plan_refuses_a_kubeconfig_without_live() -> None:
     assert one_line(result.stderr) == (
         "joulie: --kubeconfig applies only with --live (an --inventory plan reads no cluster)"
     )
+
+
+# --- config and --help -----------------------------------------------------------------------
+
+
+def test_config_for_the_agent_off_a_node_says_what_it_needs() -> None:
+    clean = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    result = subprocess.run(
+        [JOULIE, "config", "--role", "agent"], env=clean, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "NODE_NAME" in result.stdout  # the table is still printed
+    assert (
+        "joulie: the role needs NODE_NAME where it runs (its manifest sets it); to check the "
+        "rest here: NODE_NAME=... joulie config --role agent"
+    ) in result.stderr
+
+
+def all_help() -> str:
+    commands = [
+        [], ["crds"], ["config"], ["plan"], ["status"], ["lifecycle", "matrix"], ["simulate"],
+        ["simulate", "sweep"], ["simulate", "job"], ["simulate", "run-index"],
+        ["simulate", "collect"],
+    ]  # fmt: skip
+    texts = []
+    for command in commands:
+        result = joulie(*command, "--help")
+        assert result.returncode == 0, result.stderr
+        texts.append(result.stdout)
+    return "\n".join(texts)
+
+
+def test_help_shows_real_placeholders_and_defaults() -> None:
+    text = " ".join(all_help().split())  # as read, whatever argparse's line wrapping
+    for internal in ("SWEEP_WORKERS", "INDEX_OUTPUT", "STATIC_HP_FRAC ", "RESULTS_CLAIM"):
+        assert internal not in text
+    assert "--workers N runs in parallel on this machine (default: 1)" in text
+    assert "(default: joulie-sweep)" in text
+    assert "(default: STATIC_HP_FRAC, else 0.5)" in text

@@ -14,7 +14,9 @@ def add_parser(sub: Any) -> None:
         description="Reads KUBECONFIG (or --kubeconfig, or the in-cluster account). Also "
         "installed as kubectl-joulie, so `kubectl joulie status` runs it.",
     )
-    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    status.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="what to print"
+    )
     status.add_argument("--watch", "-w", action="store_true", help="redraw until interrupted")
     status.add_argument(
         "--energy",
@@ -24,10 +26,13 @@ def add_parser(sub: Any) -> None:
     status.add_argument(
         "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch: redraw period"
     )
-    status.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG)")
+    status.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: KUBECONFIG)"
+    )
     status.add_argument(
         "--manager-namespace",
         default="joulie-system",
+        metavar="NAMESPACE",
         help="where the manager's Lease is (twins are fresh only while it is renewed), and "
         "its energy accounts",
     )
