@@ -11,6 +11,7 @@ import errno
 import math
 import sys
 import time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 
 from joulie.sim.generator_options import GeneratorOptions
 from joulie.sim.results import RunResult
-from joulie.sim.run_spec import ALL_BASELINES, RunSpec, preset
+from joulie.sim.run_spec import ALL_BASELINES, PRESETS, RunSpec, preset
 
 __all__ = ["run"]
 
@@ -112,10 +113,16 @@ def specs_from_args(args: argparse.Namespace) -> list[RunSpec]:
     lifecycles = {"off": [False], "on": [True], "both": [False, True]}[args.lifecycle]
     # With both, the lifecycle's knobs are for the runs that have it.
     plain = {k: v for k, v in params.items() if not k.startswith("lifecycle_")}
+    scenario = args.scenario
+    if args.inventory != "default" and scenario in PRESETS:
+        # A preset's name labels its runs; on another inventory the label says which (the
+        # table read "default" for exp02-5k runs). A label of the user's own is kept as given.
+        stem = Path(args.inventory).stem  # an embedded name is its own stem
+        scenario = stem if scenario == "default" else f"{scenario}-{stem}"
     try:
         return [
             RunSpec(
-                scenario=args.scenario,
+                scenario=scenario,
                 inventory=args.inventory,
                 trace=args.trace,
                 generator=generator,
@@ -158,7 +165,8 @@ def check_specs(specs: Sequence[RunSpec]) -> None:
 
 
 class _Progress:
-    """One line on stderr, redrawn: which run, how far, how long so far."""
+    """One line on stderr, redrawn: which run, how far, how long so far. Each run's time is
+    its own (from the moment its label was shown), not the command's running total."""
 
     REDRAW_S = 0.5
 
@@ -170,6 +178,8 @@ class _Progress:
         self._drawn = 0.0
 
     def __call__(self, label: str) -> Callable[[float], None]:
+        self.started = time.perf_counter()
+
         def show(fraction: float) -> None:
             now = time.perf_counter()
             if self.live and now - self._drawn >= self.REDRAW_S:
@@ -186,6 +196,16 @@ class _Progress:
             sys.stderr.write(f"{start}{label}: done in {elapsed:.1f} s wall time\n")
 
 
+def run_label(spec: RunSpec) -> str:
+    """A run as its table row names it: scenario, baseline with its +gov / +L, seed."""
+    baseline = spec.baseline
+    if spec.governors and baseline != "A":
+        baseline += "+gov"
+    if spec.lifecycle:
+        baseline += "+L"
+    return f"{spec.scenario} {baseline} seed {spec.seed}"
+
+
 def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunResult]:
     from joulie.sim import sweep
     from joulie.sim.scenario import run as run_one
@@ -199,7 +219,7 @@ def _run_specs(specs: Sequence[RunSpec], workers: int, quiet: bool) -> list[RunR
         return results
     results = []
     for spec in specs:
-        label = f"{spec.scenario} {spec.baseline} seed {spec.seed}"
+        label = run_label(spec)
         results.append(run_one(spec, progress(label)))
         progress.done(label)
     return results

@@ -365,3 +365,25 @@ def test_help_shows_real_placeholders_and_defaults() -> None:
     assert "--workers N runs in parallel on this machine (default: 1)" in text
     assert "(default: joulie-sweep)" in text
     assert "(default: STATIC_HP_FRAC, else 0.5)" in text
+
+
+# --- simulate's labels -----------------------------------------------------------------------
+
+
+def test_lifecycle_both_labels_each_run_as_its_row_and_times_it_alone() -> None:
+    result = joulie(
+        "simulate", "--inventory", "exp02", "--hours", "1", "--baselines", "A",
+        "--lifecycle", "both",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["exp02 A seed 1", "exp02 A+L seed 1"]
+    # Each run's own time: a second run of this size is as quick as the first, not their sum.
+    times = [float(line.split("done in ")[1].split()[0]) for line in lines]
+    assert all(t < 30 for t in times)
+
+
+def test_the_scenario_label_follows_the_inventory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli([*TINY, "--baselines", "A", "--format", "json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["scenario"] == "exp02"
