@@ -198,7 +198,7 @@ class _Progress:
 
 def run_label(spec: RunSpec) -> str:
     """A run as its table row names it: scenario, baseline with its +gov / +L, seed."""
-    baseline = spec.baseline
+    baseline: str = spec.baseline
     if spec.governors and baseline != "A":
         baseline += "+gov"
     if spec.lifecycle:
