@@ -221,11 +221,46 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return [line(rows[0]), rule, *(line(row) for row in rows[1:])]
 
 
+TABLE_WIDTH = 120
+"""The widest a table's line gets: wider tables are cut into blocks of whole column groups, each
+block repeating the scenario and baseline (a 325-column line wrapped into noise in a terminal)."""
+GROUP_STARTS = frozenset({"window h", "makespan h", LIFECYCLE_COLUMNS[0][0]})
+"""The columns that start a group kept together in a block where it fits: the run's own energy
+and work; the comparison over the window; time and outcomes; the node lifecycle."""
+
+
+def _blocks(rows: list[list[str]], width: int = TABLE_WIDTH) -> list[list[list[str]]]:
+    """``rows`` (header first) as several tables of about ``width`` characters a line: column
+    groups (:data:`GROUP_STARTS`) side by side while they fit. A group is never cut (the window
+    comparison reads across its columns), so one with several seeds' ``mean ± sd`` may be a
+    few characters wider."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    labels = widths[0] + 2 + widths[1]
+    groups: list[list[int]] = []
+    for i in range(2, len(widths)):
+        if not groups or rows[0][i] in GROUP_STARTS:
+            groups.append([])
+        groups[-1].append(i)
+    blocks: list[list[int]] = []
+    used = width + 1
+    for group in groups:
+        size = sum(widths[i] + 2 for i in group)
+        if used + size > width:
+            blocks.append([])
+            used = labels
+        blocks[-1] += group
+        used += size
+    return [[[row[0], row[1], *(row[i] for i in block)] for row in rows] for block in blocks]
+
+
 def comparison_table(results: Iterable[RunResult]) -> str:
-    """Aligned plain text: labels left, numbers right, a rule under the header; then, where the
-    runs have it, the energy per workload class (:func:`class_table`)."""
+    """Aligned plain text: labels left, numbers right, a rule under the header, in blocks of at
+    most :data:`TABLE_WIDTH` characters; then, where the runs have it, the energy per workload
+    class (:func:`class_table`)."""
     results = list(results)
-    lines = _aligned(table_rows(results))
+    lines: list[str] = []
+    for block in _blocks(table_rows(results)):
+        lines += [*([""] if lines else []), *_aligned(block)]
     notes = ["", *NOTES]
     if any(r.window is not None for r in results):
         notes += WINDOW_NOTES

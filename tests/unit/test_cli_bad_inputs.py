@@ -387,3 +387,10 @@ def test_the_scenario_label_follows_the_inventory(capsys: pytest.CaptureFixture[
     assert cli([*TINY, "--baselines", "A", "--format", "json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)
     assert run["scenario"] == "exp02"
+
+
+def test_the_lifecycle_both_table_fits_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli([*TINY, "--baselines", "A,B", "--lifecycle", "both"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 125  # was 325
+    assert sum(line.startswith("scenario  baseline") for line in lines) >= 4  # in blocks

@@ -287,6 +287,7 @@ def test_table_is_aligned_text_with_one_row_per_scenario_and_baseline() -> None:
     assert set(lines[1]) == {"-", " "}
     assert [line.split()[:2] for line in lines[2:4]] == [["s", "A"], ["s", "C"]]
     assert len({len(line) for line in lines[:4]}) == 1  # every cell padded to its column
+    assert max(len(line) for line in lines) <= 120  # blocks of column groups, not one wide line
 
 
 # --- CSV and the output folder ---------------------------------------------------------------
@@ -359,15 +360,19 @@ def _tiny_runs() -> list[RunResult]:
 
 
 def _table_cells(text: str) -> dict[str, dict[str, str]]:
-    """table.txt as baseline -> column -> cell (cells are two or more spaces apart)."""
+    """table.txt as baseline -> column -> cell (cells are two or more spaces apart), its
+    blocks (each a header, a rule and rows, a blank line apart) read as one table."""
     lines = text.splitlines()
-    header = re.split(r"\s{2,}", lines[0].strip())
-    rows = {}
-    for line in lines[2:]:
-        if not line.strip():
-            break
-        cells = re.split(r"\s{2,}", line.strip())
-        rows[cells[1]] = dict(zip(header, cells, strict=True))
+    rows: dict[str, dict[str, str]] = {}
+    start = 0
+    while start < len(lines) and lines[start].startswith("scenario  baseline"):
+        header = re.split(r"\s{2,}", lines[start].strip())
+        end = start + 2
+        while end < len(lines) and lines[end].strip():
+            cells = re.split(r"\s{2,}", lines[end].strip())
+            rows.setdefault(cells[1], {}).update(zip(header, cells, strict=True))
+            end += 1
+        start = end + 1
     return rows
 
 
