@@ -2,9 +2,11 @@
 
 The pool serves thousands of nodes, so it cannot field-select the pods of one node as the
 DaemonSet does: it watches running pods (``status.phase=Running``, the pods the simulator gives
-boards to) and keeps of each only where it runs and its class (read as everywhere in Joulie,
-:func:`joulie.agent.pod_devices.pod_workload_class`). A pod arriving, leaving or changing class
-on a node calls ``on_change(node)``; nothing else about a pod does.
+boards to) and holds only those that ask for GPUs on a node it serves, with where each runs and
+its class (read as everywhere in Joulie, :func:`joulie.agent.pod_devices.pod_workload_class`).
+Holding every running pod cost each replica about 42 MiB at 100,000 pods (peak RSS 168 -> 210
+MiB in ``bench.agent_pool``). A pod arriving, leaving or changing class on a node calls
+``on_change(node)``; nothing else about a pod does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from joulie.agent.pod_devices import PodKey, pod_workload_class
+from joulie.agent.pod_devices import PodKey, is_gpu_resource, pod_workload_class
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer, InformerBundle
 
@@ -28,25 +30,44 @@ class PodClass:
 
 
 def pod_class_projection(raw: Mapping[str, Any]) -> PodClass:
+    """Where the pod runs and its class; a pod asking for no GPU is placed on no node (""): no
+    board follows it."""
     meta = raw["metadata"]
     spec = raw.get("spec") or {}
+    node = str(spec.get("nodeName") or "") if _asks_for_gpus(spec) else ""
     return PodClass(
         # One copy of each node's name however many pods run there.
-        node=sys.intern(str(spec.get("nodeName") or "")),
+        node=sys.intern(node),
         workload_class=pod_workload_class(meta.get("annotations") or {}),
     )
 
 
+def _asks_for_gpus(spec: Mapping[str, Any]) -> bool:
+    for container in spec.get("containers") or ():
+        resources = (container or {}).get("resources") or {}
+        for amounts in (resources.get("limits"), resources.get("requests")):
+            if isinstance(amounts, Mapping) and any(map(is_gpu_resource, amounts)):
+                return True
+    return False
+
+
 class PoolPods(InformerBundle):
     def __init__(
-        self, client: KubeClient, on_change: Callable[[str], None], *, idle_timeout: float = 90.0
+        self,
+        client: KubeClient,
+        on_change: Callable[[str], None],
+        *,
+        serves: Callable[[str], bool] = lambda _node: True,
+        idle_timeout: float = 90.0,
     ) -> None:
+        """``serves``: whether a node is this replica's (its shard's)."""
         self._on_change = on_change
         self.pods: Informer[PodClass] = Informer(
             client,
             "/api/v1/pods",
             pod_class_projection,
             field_selector="status.phase=Running",
+            keep=lambda pod: bool(pod.node) and serves(pod.node),
             idle_timeout=idle_timeout,
         )
         super().__init__(self.pods)

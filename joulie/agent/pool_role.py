@@ -86,7 +86,8 @@ class PoolRole:
             if agent.mine(node) and cache.nodes.get(node) is not None:
                 queue.add(node)
 
-        pods = PoolPods(client, pod_moved)
+        # The pods of this shard's nodes alone (``agent`` is bound below, before any event).
+        pods = PoolPods(client, pod_moved, serves=lambda node: agent.mine(node))
         self._pods = pods
         agent = PoolAgent(
             cache,

@@ -106,6 +106,7 @@ class Informer(Generic[T]):
         label_selector: str | None = None,
         field_selector: str | None = None,
         metadata_only: bool = False,
+        keep: Callable[[T], bool] | None = None,
         indexers: Mapping[str, Indexer[T]] | None = None,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
@@ -126,6 +127,10 @@ class Informer(Generic[T]):
         )
         """Accept headers of the list and of the watch, when not JSON: with ``metadata_only``
         the server sends each object's metadata alone (the projection sees nothing else)."""
+        self._keep = keep
+        """Which projected objects are held; one it refuses is treated as absent (an update
+        that makes an object unwanted removes it). What a selector cannot express, such as
+        the pods of one shard's nodes, then costs no memory."""
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._idle_timeout = idle_timeout
@@ -258,7 +263,7 @@ class Informer(Generic[T]):
             resource_version = resource_version or page["metadata"]["resourceVersion"]
             for raw in page.get("items") or ():
                 decoded = self._decode(raw)
-                if decoded is not None:
+                if decoded is not None and self._wanted(decoded[1]):
                     fresh[decoded[0]] = decoded[1]
             token = page["metadata"].get("continue")
             if not token:
@@ -343,6 +348,9 @@ class Informer(Generic[T]):
             self._malformed(key, f"{type(exc).__name__}: {exc}")
             return None
 
+    def _wanted(self, obj: T) -> bool:
+        return self._keep is None or self._keep(obj)
+
     def _malformed(self, key: str, reason: str) -> None:
         metrics.MALFORMED.labels(self.resource).inc()
         if key not in self._reported_malformed:
@@ -369,10 +377,11 @@ class Informer(Generic[T]):
                 self._remove(key)
         elif kind in ("ADDED", "MODIFIED"):
             decoded = self._decode(raw)
-            if decoded is not None:
+            if decoded is not None and self._wanted(decoded[1]):
                 self._put(*decoded)
             else:
-                # An object we cannot read must not linger in its last readable form.
+                # An object we cannot read must not linger in its last readable form, nor one
+                # no longer wanted.
                 with_key = _safe_key(raw)
                 if with_key is not None:
                     self._remove(with_key)

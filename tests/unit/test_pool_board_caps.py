@@ -277,13 +277,14 @@ def test_a_board_the_backend_did_not_answer_for_is_an_error() -> None:
 def test_the_pool_pod_cache_keeps_a_pods_node_and_class_and_wakes_only_on_their_change() -> None:
     woken: list[str] = []
     cache = PoolPods(None, woken.append)  # type: ignore[arg-type]  # never run: no client needed
+    gpu_container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     raw = {
         "metadata": {
             "name": "p",
             "namespace": "ns",
             "annotations": {keys.WORKLOAD_CLASS_ANNOTATION: "performance", "other": "x"},
         },
-        "spec": {"nodeName": NODE},
+        "spec": {"nodeName": NODE, "containers": [gpu_container]},
     }
     projected = pod_class_projection(raw)
     assert projected == PodClass(NODE, "performance")
@@ -294,3 +295,36 @@ def test_the_pool_pod_cache_keeps_a_pods_node_and_class_and_wakes_only_on_their_
     cache._updated(projected, PodClass(NODE, "standard"))
     cache._touched(PodClass("", "standard"))  # not bound yet: no node to wake
     assert woken == [NODE]
+
+
+def test_the_pool_holds_only_gpu_pods_on_the_nodes_it_serves() -> None:
+    """A replica holds the running pods that ask for GPUs on its shard's nodes and nothing else
+    (each replica held all 100,000 running pods before: 42 MiB of its peak RSS)."""
+    woken: list[str] = []
+    mine = {"node-a"}
+    cache = PoolPods(None, woken.append, serves=mine.__contains__)  # type: ignore[arg-type]
+
+    def running(name: str, node: str, *, gpus: bool) -> dict[str, object]:
+        limits = {"nvidia.com/gpu": "2"} if gpus else {"cpu": "1"}
+        return {
+            "type": "ADDED",
+            "object": {
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+                "spec": {"nodeName": node, "containers": [{"resources": {"limits": limits}}]},
+            },
+        }
+
+    for event in (
+        running("train", "node-a", gpus=True),
+        running("web", "node-a", gpus=False),
+        running("other", "node-b", gpus=True),
+    ):
+        cache.pods._apply(event)
+    assert cache.pods.keys() == ["ns/train"]
+    assert cache.pod_class(("ns", "other")) is None
+    assert woken == ["node-a"]
+    gone = running("other", "node-b", gpus=True)
+    cache.pods._apply({**gone, "type": "DELETED"})  # never held: nothing to forget or wake
+    cache.pods._apply({**running("train", "node-a", gpus=True), "type": "DELETED"})
+    assert cache.pods.keys() == []
+    assert woken == ["node-a", "node-a"]
