@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie import __version__
+from joulie.cli.arg_types import seconds
 from joulie.cli.errors import EXIT_INTERRUPTED, os_error_line
 from joulie.cli.help import use_everywhere
 from joulie.core.policies import PARAMETERS, POLICIES, Parameter, PolicyType, Reads
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         metavar="SECONDS",
         help="--live: give up when the API server has not answered (or a list has kept "
         f"failing) for this long (default: {PLAN_TIMEOUT_S:g})",

@@ -4,28 +4,12 @@ building the CLI's parser imports neither numpy nor the engine."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "at_least"]
+from joulie.cli.arg_types import at_least
 
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer no smaller than ``low`` (argparse names the option
-    and exits 2 with the reason)."""
-
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is less than {low}")
-        return value
-
-    convert.__name__ = "integer"
-    return convert
+__all__ = ["add_parser"]
 
 
 def _common_output(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from joulie.sim.result_io import canonical_json
 from joulie.sim.run_spec import RunSpec
@@ -29,10 +30,21 @@ def specs_json(specs: Sequence[RunSpec]) -> str:
 
 def read_specs(path: str | Path) -> list[RunSpec]:
     """The specs of a ``specs.json`` written by ``specs_json``."""
-    loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SweepError(f"{path}: not a specs.json: {exc}") from None
     if not isinstance(loaded, list):
         raise SweepError(f"{path}: expected a JSON list of run specs")
-    return [RunSpec.model_validate(item) for item in loaded]
+    specs = []
+    for index, item in enumerate(loaded):
+        try:
+            specs.append(RunSpec.model_validate(item))
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"]))
+            raise SweepError(f"{path}: spec {index}: {where}: {first['msg']}") from None
+    return specs
 
 
 CONFIGMAP_LIMIT_BYTES = 1_000_000

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from joulie.cli import main as cli
 from joulie.manager.settings import ManagerSettings
-from tests.support.interrupts import interruptible
 
 JOULIE = str(Path(sys.executable).parent / "joulie")
 
@@ -38,19 +35,15 @@ def one_line(text: str) -> str:
 # --- the top-level handler ---------------------------------------------------------------
 
 
-def test_ctrl_c_in_simulate_prints_one_line_and_exits_130() -> None:
-    process = subprocess.Popen(
-        [JOULIE, "simulate", "-q", "--inventory", "exp02-5k", "--hours", "168"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=interruptible,
-    )
-    time.sleep(3)  # well inside the first run (a week on 5,000 nodes takes minutes)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert one_line(err) == "joulie: interrupted"
+def test_ctrl_c_in_simulate_prints_one_line_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt  # what Ctrl-C raises wherever the run happens to be
+
+    monkeypatch.setattr("joulie.sim.scenario.run", interrupted)
+    assert cli(["simulate", "-q", "--inventory", "exp02", "--hours", "1"]) == 130
+    assert one_line(capsys.readouterr().err) == "joulie: interrupted"
 
 
 def test_crds_into_a_folder_that_cannot_exist_names_it() -> None:
@@ -394,3 +387,29 @@ def test_the_lifecycle_both_table_fits_a_terminal(capsys: pytest.CaptureFixture[
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 125  # was 325
     assert sum(line.startswith("scenario  baseline") for line in lines) >= 4  # in blocks
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--timeout", "inf"],
+        ["status", "--interval", "0"],
+        ["plan", "--live", "--timeout", "-1"],
+    ],
+)
+def test_a_wait_must_be_finite_and_positive(argv: list[str]) -> None:
+    result = joulie(*argv)
+    assert result.returncode == 2
+    assert "is not a number of seconds above 0 and at most 86400" in result.stderr
+
+
+def test_run_index_names_the_spec_a_bad_specs_file_breaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = tmp_path / "specs.json"
+    specs.write_text('[{"baseline": "Z"}]')
+    argv = ["simulate", "run-index", "--specs", str(specs), "--index", "0"]
+    assert cli([*argv, "--output", str(tmp_path / "out")]) == 2
+    assert one_line(capsys.readouterr().err).startswith(
+        f"joulie simulate: {specs}: spec 0: baseline: Input should be"
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from joulie.cli.arg_types import seconds
+
 
 def add_parser(sub: Any) -> None:
     """The ``status`` subcommand's arguments (``sub`` is the CLI's subparsers object)."""
@@ -24,7 +26,7 @@ def add_parser(sub: Any) -> None:
         help="energy used per namespace and workload class, from the manager's accounts",
     )
     status.add_argument(
-        "--interval", type=float, default=2.0, metavar="SECONDS", help="--watch: redraw period"
+        "--interval", type=seconds, default=2.0, metavar="SECONDS", help="--watch: redraw period"
     )
     status.add_argument(
         "--kubeconfig", metavar="FILE", help="kubeconfig file (default: KUBECONFIG)"
@@ -38,7 +40,7 @@ def add_parser(sub: Any) -> None:
     )
     status.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=15.0,
         metavar="SECONDS",
         help="give up when the API server has not answered for this long",
