@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import TYPE_CHECKING
 
-import grpc
 import structlog
 
-from joulie.agent.kubelet_podresources import api_pb2, api_pb2_grpc
 from joulie.agent.pod_devices import (
     MAX_CPU_IDS,
     MAX_DEVICE_IDS,
@@ -36,6 +35,11 @@ __all__ = [
     "PodResourcesClient",
     "allocations_of",
 ]
+
+if TYPE_CHECKING:
+    import grpc
+
+    from joulie.agent.kubelet_podresources import api_pb2
 
 log = structlog.get_logger("joulie.agent.pod_resources")
 
@@ -72,6 +76,12 @@ class PodResourcesClient:
         return allocations_of(response)
 
     def _list(self) -> api_pb2.ListPodResourcesResponse:
+        # gRPC and protobuf (about 20 MiB of RSS) load at the first call: only a node whose
+        # spec has per-class caps asks the kubelet anything.
+        import grpc
+
+        from joulie.agent.kubelet_podresources import api_pb2, api_pb2_grpc
+
         if not os.path.exists(self.socket):
             raise PodDevicesUnavailable(
                 f"no kubelet PodResources socket at {self.socket} (is its directory mounted?)"
@@ -96,6 +106,8 @@ class PodResourcesClient:
         return f"the kubelet's PodResources API did not answer within {self.timeout_s:g} s"
 
     def _failed(self, exc: grpc.RpcError) -> str:
+        import grpc
+
         code = exc.code() if isinstance(exc, grpc.Call) else None
         details = exc.details() if isinstance(exc, grpc.Call) else None
         # The full text goes to the log; what is returned depends on the cause alone (gRPC's
