@@ -67,7 +67,7 @@ def _accepted(field: str) -> str:
     return f"{accepts(info)}, as {variable}"
 
 
-def param_problem(params: Mapping[str, Any]) -> str | None:
+def param_problem(params: Mapping[str, Any], what: str = "--param ") -> str | None:
     """Why these params would not be taken by the manager (None when they would): the first
     value out of its variable's bounds, else a combination a policy refuses. A value that is not
     a number at all is left to the simulator, which names the type it wants."""
@@ -80,7 +80,7 @@ def param_problem(params: Mapping[str, Any]) -> str | None:
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             detail = error_detail({**err, "loc": ("value",)}, _field(field))
-            return f"--param {key}={value}: {detail} (accepted: {_accepted(field)})"
+            return f"{what}{key}={value}: {detail} (accepted: {_accepted(field)})"
     policy = {p.name: params[p.name] for p in PARAMETERS if _number(params.get(p.name))}
     for problem in parameter_problems(policy):
         return f"--param {problem.parameter}: {problem.detail} (accepted: {problem.accepted})"
@@ -91,15 +91,16 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def first_problem(all_params: Iterable[Mapping[str, Any]]) -> str | None:
-    """The first problem among several runs' params (a sweep's grid)."""
+def first_problem(all_params: Iterable[Mapping[str, Any]], what: str = "--param ") -> str | None:
+    """The first problem among several runs' params (a sweep's grid); ``what`` says where they
+    were written (``--param ``, ``sweep.yaml: params.``)."""
     seen: set[str] = set()
     for params in all_params:
         key = repr(sorted(params.items()))
         if key in seen:
             continue
         seen.add(key)
-        problem = param_problem(params)
+        problem = param_problem(params, what)
         if problem:
             return problem
     return None

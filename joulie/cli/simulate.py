@@ -154,12 +154,12 @@ _FLAG_OF_FIELD = {
 }
 
 
-def check_specs(specs: Sequence[RunSpec]) -> None:
+def check_specs(specs: Sequence[RunSpec], what: str = "--param ") -> None:
     """Refuse, before anything runs, params the controller manager would refuse as
     environment variables (the same bounds, read from its settings)."""
     from joulie.cli.sim_params import first_problem
 
-    problem = first_problem(spec.params for spec in specs)
+    problem = first_problem((spec.params for spec in specs), what)
     if problem:
         raise UsageError(problem)
 
@@ -310,11 +310,11 @@ def _command(args: argparse.Namespace) -> int:
         _emit(_run_specs(specs, args.workers, args.quiet), args)
     elif command == "sweep":
         specs = sweep.load_sweep(args.file)
-        check_specs(specs)
+        check_specs(specs, f"{args.file}: params.")
         _emit(_run_specs(specs, args.sweep_workers, args.quiet), args)
     elif command == "job":
         specs = sweep.load_sweep(args.file)
-        check_specs(specs)
+        check_specs(specs, f"{args.file}: params.")
         objs = sweep_job.indexed_job(
             specs,
             image=args.image,

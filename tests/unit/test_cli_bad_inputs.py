@@ -413,3 +413,16 @@ def test_run_index_names_the_spec_a_bad_specs_file_breaks(
     assert one_line(capsys.readouterr().err).startswith(
         f"joulie simulate: {specs}: spec 0: baseline: Input should be"
     )
+
+
+def test_a_sweep_file_s_params_have_the_same_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("inventories: [exp02]\nbaselines: [B]\nparams: {static_hp_frac: [0.5, 2]}\n")
+    assert cli(["simulate", "job", str(sweep), "--image", "joulie:dev"]) == 2
+    captured = capsys.readouterr()
+    assert one_line(captured.err).startswith(
+        f"joulie simulate: {sweep}: params.static_hp_frac=2: must be at most 1"
+    )
+    assert captured.out == ""
