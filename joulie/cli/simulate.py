@@ -162,6 +162,17 @@ def check_specs(specs: Sequence[RunSpec], what: str = "--param ") -> None:
     problem = first_problem((spec.params for spec in specs), what)
     if problem:
         raise UsageError(problem)
+    # The generator's options too, before any run (a sweep's worker would fail each run).
+    seen: list[dict[str, Any]] = []
+    for spec in specs:
+        if spec.trace is not None or spec.generator in seen:
+            continue
+        seen.append(spec.generator)
+        try:
+            GeneratorOptions.from_mapping(spec.generator)
+        except (TypeError, ValueError) as exc:
+            where = "--gen " if what == "--param " else what.replace("params.", "generator.")
+            raise UsageError(f"{where}{exc}") from None
 
 
 class _Progress:

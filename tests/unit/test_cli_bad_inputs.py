@@ -426,3 +426,14 @@ def test_a_sweep_file_s_params_have_the_same_bounds(
         f"joulie simulate: {sweep}: params.static_hp_frac=2: must be at most 1"
     )
     assert captured.out == ""
+
+
+def test_a_sweep_file_s_generator_is_checked_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("inventories: [exp02]\nbaselines: [A]\nhours: 1\ngenerator: {load: 7}\n")
+    assert cli(["simulate", "sweep", "-q", str(sweep), "--workers", "2"]) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"joulie simulate: {sweep}: generator.load: must be <= 4, got 7"
+    )
