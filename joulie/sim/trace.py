@@ -9,6 +9,7 @@ Every error names the file, the line and the field, so a hand-edited trace is fi
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -272,11 +273,34 @@ def read_trace(path: str | Path) -> list[Workload]:
     path = Path(path)
     try:
         with path.open(encoding="utf-8") as stream:
-            return parse_trace(stream, str(path))
+            return parse_trace(_bounded_lines(stream, str(path)), str(path))
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text: {exc.reason}") from None
+
+
+MAX_LINE_CHARS = 1024**2
+"""Longest trace line read (a record is a few hundred characters; /dev/zero is one endless
+line)."""
+MAX_TRACE_CHARS = 256 * 1024**2
+"""Largest trace read: about a million workloads, all held in memory for the run."""
+
+
+def _bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
+    """The stream's lines, refusing one longer than :data:`MAX_LINE_CHARS` or a file longer
+    than :data:`MAX_TRACE_CHARS` before reading it all."""
+    total = 0
+    for number in itertools.count(1):
+        line = stream.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS:
+            raise TraceError(f"{source}:{number}: longer than {MAX_LINE_CHARS} characters")
+        total += len(line)
+        if total > MAX_TRACE_CHARS:
+            raise TraceError(f"{source}: larger than {MAX_TRACE_CHARS} characters")
+        yield line
 
 
 def parse_trace(lines: Iterable[str], source: str) -> list[Workload]:

@@ -437,3 +437,12 @@ def test_a_sweep_file_s_generator_is_checked_before_any_run(
     assert one_line(capsys.readouterr().err) == (
         f"joulie simulate: {sweep}: generator.load: must be <= 4, got 7"
     )
+
+
+def test_an_endless_trace_line_is_refused_in_bounded_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_trace(Path("/dev/zero")) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "joulie simulate: /dev/zero:1: longer than 1048576 characters"
+    )
