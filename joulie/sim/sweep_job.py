@@ -28,10 +28,19 @@ def specs_json(specs: Sequence[RunSpec]) -> str:
     return canonical_json([s.model_dump(mode="json") for s in specs])
 
 
+MAX_SPECS_BYTES = 16 * 1024**2
+"""Largest specs.json read: a Job's comes from a ConfigMap (1 MiB at most); room for one made
+by hand for local runs."""
+
+
 def read_specs(path: str | Path) -> list[RunSpec]:
     """The specs of a ``specs.json`` written by ``specs_json``."""
+    with open(path, "rb") as file:  # an OSError names the path (the CLI prints it so)
+        raw = file.read(MAX_SPECS_BYTES + 1)
+    if len(raw) > MAX_SPECS_BYTES:
+        raise SweepError(f"{path}: larger than {MAX_SPECS_BYTES} bytes; not a sweep's specs.json")
     try:
-        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+        loaded = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SweepError(f"{path}: not a specs.json: {exc}") from None
     if not isinstance(loaded, list):

@@ -446,3 +446,11 @@ def test_an_endless_trace_line_is_refused_in_bounded_memory(
     assert one_line(capsys.readouterr().err) == (
         "joulie simulate: /dev/zero:1: longer than 1048576 characters"
     )
+
+
+def test_run_index_refuses_an_endless_specs_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "run-index", "--specs", "/dev/zero", "--index", "0"]
+    assert cli([*argv, "--output", str(tmp_path)]) == 2
+    assert "/dev/zero: larger than 16777216 bytes" in one_line(capsys.readouterr().err)
