@@ -265,16 +265,12 @@ def _config(roles_text: str, output: str) -> int:
             print(f"joulie: warning: {warning}", file=sys.stderr)
     if not _report_problems(loaded):
         return 0
-    required = sorted(
-        {p.variable for item in loaded for p in item.problems if p.detail.startswith("is required")}
-    )
-    if required:
-        # Off the cluster (a laptop) a role's required variables are naturally unset: the table
-        # above is still what the role would run with; say how to check the rest.
-        example = " ".join(f"{v}=..." for v in required)
+    if any(p.variable == "NODE_NAME" and not p.value for item in loaded for p in item.problems):
+        # Off the cluster (a laptop) NODE_NAME is naturally unset: the DaemonSet sets it from
+        # the pod's node. The table above is still what the role would run with.
         print(
-            f"joulie: the role needs {', '.join(required)} where it runs (its manifest sets "
-            f"it); to check the rest here: {example} joulie config --role {roles_text}",
+            "joulie: the agent needs NODE_NAME, which its DaemonSet sets from the pod's node; "
+            f"to check the rest here: NODE_NAME=node-1 joulie config --role {roles_text}",
             file=sys.stderr,
         )
     return EXIT_CONFIG

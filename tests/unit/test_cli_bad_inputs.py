@@ -332,9 +332,16 @@ def test_config_for_the_agent_off_a_node_says_what_it_needs() -> None:
     assert result.returncode == 2
     assert "NODE_NAME" in result.stdout  # the table is still printed
     assert (
-        "joulie: the role needs NODE_NAME where it runs (its manifest sets it); to check the "
-        "rest here: NODE_NAME=... joulie config --role agent"
+        "joulie: the agent needs NODE_NAME, which its DaemonSet sets from the pod's node; to "
+        "check the rest here: NODE_NAME=node-1 joulie config --role agent"
     ) in result.stderr
+    suggested = subprocess.run(
+        [JOULIE, "config", "--role", "agent"],
+        env={**clean, "NODE_NAME": "node-1"},
+        capture_output=True,
+        text=True,
+    )
+    assert suggested.returncode == 0, suggested.stderr
 
 
 def all_help() -> str:
