@@ -130,6 +130,8 @@ def render(
             data["class_caps"] = {
                 "performance_pct_of_max": caps.performance_pct_of_max,
                 "standard_and_idle_watts_per_gpu": dict(sorted((gpu_caps or {}).items())),
+                "standard_exclusive_cores_at_nominal": caps.cpu_standard_at_nominal,
+                "cpu_eco_when_standard": caps.cpu_eco_when_standard,
             }
         return json.dumps(data, indent=2)
     width = max([len("FAMILY"), *(len(f) for f in split)])
@@ -158,7 +160,7 @@ def _class_caps_lines(caps: ClassCaps, gpu_caps: Mapping[str, float | None]) -> 
         "standard work and idle boards at"
     ]
     if not gpu_caps:
-        return [*lines, "  no GPU nodes"]
+        return [*lines, "  no GPU nodes", *_cpu_class_lines(caps)]
     width = max(len(f) for f in gpu_caps)
     for family, watts in sorted(gpu_caps.items()):
         shown = (
@@ -167,7 +169,23 @@ def _class_caps_lines(caps: ClassCaps, gpu_caps: Mapping[str, float | None]) -> 
             else "the node-level cap (model not in the catalog)"
         )
         lines.append(f"  {family:<{width}}  {shown}")
-    return lines
+    return [*lines, *_cpu_class_lines(caps)]
+
+
+def _cpu_class_lines(caps: ClassCaps) -> list[str]:
+    cores = (
+        "at their nominal frequency"
+        if caps.cpu_standard_at_nominal
+        else "as the node-level preset says"
+    )
+    node = (
+        "eco caps while every pod on the node is standard"
+        if caps.cpu_eco_when_standard
+        else "performance caps"
+    )
+    return [
+        f"CPUs: cores a standard pod holds exclusively {cores}; the rest of each node at its {node}"
+    ]
 
 
 async def live(

@@ -106,3 +106,7 @@ def test_class_caps_keeps_every_node_in_performance_and_shows_each_boards_cap() 
     )
     assert "gpu:NVIDIA_L40S" in table.stdout
     assert "energy-optimal cap" in table.stdout
+    # Cores a standard pod holds exclusively run at nominal; the node CPU stays at performance.
+    assert caps["standard_exclusive_cores_at_nominal"] is True
+    assert caps["cpu_eco_when_standard"] is False
+    assert "cores a standard pod holds exclusively at their nominal frequency" in table.stdout
