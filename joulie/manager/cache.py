@@ -13,22 +13,19 @@ with one warning, so a pool agent cannot stand in for a real node's own agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
 from joulie.api import keys
 from joulie.api.gpu import pod_gpu_count, pod_gpu_resource
-from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.core.intents import is_active_performance_pod, is_running_pod, uses_multi_gpu
 from joulie.kube.client import KubeClient
 from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.ownership import OwnedObject, owned_projection
 from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
+from joulie.manager.hardware_facts import HardwareFacts, hardware_facts
 from joulie.manager.metrics import TRIGGERS
 
 log = structlog.get_logger("joulie.manager")
@@ -73,76 +70,9 @@ LIFECYCLE_NODE_ANNOTATIONS = (
 """Node annotations the node lifecycle reads."""
 
 
-@dataclass(frozen=True, slots=True)
-class HardwareFacts:
-    """One NodeHardware as far as the manager reads it."""
-
-    name: str
-    """The NodeHardware's own name."""
-    node: str
-    """The node it describes (spec.nodeName, else its own name)."""
-    status: NodeHardwareStatus | None
-    """The agent's report without its write time; None when missing or invalid."""
-    problem: str | None
-    """Why ``status`` is None although the agent wrote one (it is invalid)."""
-    last_write: datetime | None
-    """When its status was last written, by any writer (managedFields): the agent's pulse."""
-    simulated: bool
-    """Labelled as written for a simulated node (``keys.SIMULATED_LABEL`` is "true"): believed
-    only for a node KWOK fakes."""
-
-    def same_for_planning(self, other: HardwareFacts) -> bool:
-        return (self.node, self.status, self.problem, self.simulated) == (
-            other.node,
-            other.status,
-            other.problem,
-            other.simulated,
-        )
-
-
-def hardware_facts(raw: Mapping[str, Any]) -> HardwareFacts:
-    meta = raw["metadata"]
-    node = str((raw.get("spec") or {}).get("nodeName") or meta["name"])
-    status: NodeHardwareStatus | None = None
-    problem: str | None = None
-    if raw.get("status"):
-        try:
-            # The write time is the agent's pulse, not a fact about the hardware.
-            status = NodeHardwareStatus.model_validate(raw["status"]).model_copy(
-                update={"updated_at": None}
-            )
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"])) or "status"
-            problem = f"invalid status ({exc.error_count()} error(s)); {where}: {first['msg']}"
-    simulated = (meta.get("labels") or {}).get(keys.SIMULATED_LABEL) == "true"
-    return HardwareFacts(
-        str(meta["name"]),
-        node,
-        status,
-        problem,
-        _status_written_at(meta.get("managedFields")),
-        simulated,
-    )
-
-
 def simulated_node(node: SlimNode) -> bool:
     """Whether KWOK fakes this node (it picks its nodes by this annotation)."""
     return keys.kwok_node(node.annotations)
-
-
-def _status_written_at(managed: Any) -> datetime | None:
-    times = [
-        entry.get("time")
-        for entry in managed or ()
-        if entry.get("subresource") == "status" and entry.get("time")
-    ]
-    if not times:
-        return None
-    try:
-        return datetime.fromisoformat(str(max(times)).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _pod_class(pod: SlimPod) -> str | None:

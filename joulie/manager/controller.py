@@ -30,11 +30,12 @@ from joulie.core.policies import Plan
 from joulie.kube.projections import SlimNode
 from joulie.kube.workqueue import WorkQueue, default_controller_rate_limiter, run_workers
 from joulie.kube.writes import NotPermitted
-from joulie.manager.cache import ClusterCache, HardwareFacts
+from joulie.manager.cache import ClusterCache
 from joulie.manager.cleanup import TwinCleanup
 from joulie.manager.energy import EnergyAccountant
 from joulie.manager.facility import FacilityPoller, FacilityReading
 from joulie.manager.failures import NodeFailures
+from joulie.manager.hardware_facts import HardwareFacts
 from joulie.manager.metrics import LAST_RECONCILE, RECONCILE_SECONDS, RECONCILES, record_plan
 from joulie.manager.node_writer import NodeWriter
 from joulie.manager.planner import Planner

@@ -42,7 +42,7 @@ from joulie.core.pod_power import (
 )
 from joulie.core.power_model import Controls, NodePowerSpec
 from joulie.kube.projections import SlimNode, SlimPod
-from joulie.manager.cache import HardwareFacts
+from joulie.manager.hardware_facts import HardwareFacts
 from joulie.manager.lifecycle.facts import room
 
 __all__ = [

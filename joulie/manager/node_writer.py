@@ -32,7 +32,8 @@ from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import SlimNode
 from joulie.kube.writes import Writer
-from joulie.manager.cache import NODETWINS, HardwareFacts, simulated_node
+from joulie.manager.cache import NODETWINS, simulated_node
+from joulie.manager.hardware_facts import HardwareFacts
 from joulie.manager.metrics import TRANSITIONS
 from joulie.manager.planner import NodeMemo
 

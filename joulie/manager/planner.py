@@ -29,8 +29,9 @@ from joulie.hardware.power_spec import optimal_gpu_cap_w, power_spec
 from joulie.hardware.recognition import HardwareView, hardware_view
 from joulie.hardware.unknown_models import WARNED, Kind, unknown_models, unknown_parts
 from joulie.kube.projections import SlimNode
-from joulie.manager.cache import ClusterCache, HardwareFacts
+from joulie.manager.cache import ClusterCache
 from joulie.manager.config import intent_config, policy_inputs
+from joulie.manager.hardware_facts import HardwareFacts
 from joulie.manager.settings import ManagerSettings
 from joulie.manager.twin_status import twin_hardware
 
