@@ -31,6 +31,7 @@ from joulie.api.inventory import load_inventory
 from joulie.api.quantity import parse_quantity
 from joulie.core import preemption as core
 from tests.support.builders import WORK_IMAGE, container, kwok_nodes, pod_manifest
+from tests.support.cluster_pods import create_pods, placed
 from tests.support.processes import RoleProcess
 from tests.support.waiting import wait_until
 
@@ -212,19 +213,6 @@ def planned(cluster: LocalCluster, nodes: list[str]) -> tuple[set[str], set[str]
     return found
 
 
-def create(cluster: LocalCluster, namespace: str, pods: list[dict[str, Any]]) -> None:
-    with cluster.api() as api:
-        for manifest in pods:
-            api.post(f"/api/v1/namespaces/{namespace}/pods", json=manifest).raise_for_status()
-
-
-def placed(cluster: LocalCluster, namespace: str) -> dict[str, str]:
-    """Pod name -> node, for the namespace's pods kube-scheduler (or the test) has bound."""
-    with cluster.api() as api:
-        items = api.get(f"/api/v1/namespaces/{namespace}/pods").json().get("items") or []
-    return {p["metadata"]["name"]: p["spec"].get("nodeName") or "" for p in items}
-
-
 def all_bound(
     cluster: LocalCluster, namespace: str, count: int, prefix: str = ""
 ) -> dict[str, str]:
@@ -250,7 +238,7 @@ def draw_power_on_performance_nodes(
         pod(f"idle-{n}", performance=False, node=n, cpu=f"{cores[n] * 700}m", utilization="0")
         for n in sorted(eco)
     ]
-    create(cluster, namespace, load)
+    create_pods(cluster, namespace, load)
     sample = sorted(perf)[0]
     wait_until(
         lambda: extender.score(sample, **{"class": "standard"})["priority"] <= 4,
@@ -268,7 +256,7 @@ def test_performance_pods_never_land_on_eco_nodes(
     perf, eco = planned(cluster, nodes)
     assert perf
     assert eco
-    create(cluster, namespace, [pod(f"perf-{i}", performance=True) for i in range(500)])
+    create_pods(cluster, namespace, [pod(f"perf-{i}", performance=True) for i in range(500)])
     where = all_bound(cluster, namespace, 500)
     assert set(where.values()) <= perf, set(where.values()) & eco
     # The filter said why, for every eco node, and kube-scheduler still placed all 500.
@@ -289,7 +277,9 @@ def test_standard_pods_go_where_the_power_is_not(
     draw_power_on_performance_nodes(cluster, namespace, extender, perf, eco)
 
     def eco_share(prefix: str) -> float:
-        create(cluster, namespace, [pod(f"{prefix}-{i}", performance=False) for i in range(40)])
+        create_pods(
+            cluster, namespace, [pod(f"{prefix}-{i}", performance=False) for i in range(40)]
+        )
         where = all_bound(cluster, namespace, 40, prefix)
         return sum(node in eco for node in where.values()) / 40
 
@@ -320,7 +310,7 @@ def test_the_prioritize_only_configuration_steers_without_a_filter_call(
     )
     cluster.use_extender(extender.url, config=PRIORITIZE_ONLY_CONFIG)
     try:
-        create(cluster, namespace, [pod(f"lean-{i}", performance=False) for i in range(40)])
+        create_pods(cluster, namespace, [pod(f"lean-{i}", performance=False) for i in range(40)])
         where = all_bound(cluster, namespace, 40, "lean")
         after_filters = extender.process.metric(
             "joulie_extender_requests_total", verb="filter", outcome="ok"
@@ -341,12 +331,12 @@ def test_scheduling_goes_on_without_the_extender_and_steering_resumes(
     perf, _ = planned(cluster, nodes)
     extender.process.stop()
     try:
-        create(cluster, namespace, [pod(f"down-{i}", performance=True) for i in range(20)])
+        create_pods(cluster, namespace, [pod(f"down-{i}", performance=True) for i in range(20)])
         all_bound(cluster, namespace, 20, "down-")  # ignorable: kube-scheduler goes on
     finally:
         extender.process.start()
     wait_until(extender.process.ready, 60, "the extender back")
-    create(cluster, namespace, [pod(f"back-{i}", performance=True) for i in range(30)])
+    create_pods(cluster, namespace, [pod(f"back-{i}", performance=True) for i in range(30)])
     where = all_bound(cluster, namespace, 30, "back-")
     assert set(where.values()) <= perf
 
@@ -422,11 +412,11 @@ def test_a_performance_pod_preempts_only_where_it_may_run(
             fill.append(pod(f"rest-{n}", performance=False, node=n, cpu=f"{rest}m"))
     for manifest in fill:
         manifest["spec"]["priorityClassName"] = low
-    create(cluster, namespace, fill)
+    create_pods(cluster, namespace, fill)
     before = placed(cluster, namespace)
     preemptor = pod("urgent", performance=True, cpu=f"{request}m")
     preemptor["spec"]["priorityClassName"] = high
-    create(cluster, namespace, [preemptor])
+    create_pods(cluster, namespace, [preemptor])
     where = all_bound(cluster, namespace, 1, "urgent")
     assert where["urgent"] in perf
     gone = {name: node for name, node in before.items() if name not in placed(cluster, namespace)}
@@ -457,7 +447,7 @@ def test_a_performance_gang_is_placed_by_workload_aware_preemption_off_eco_nodes
     ] + [pod(f"light-{n}", performance=False, node=n, cpu="100m") for n in sorted(eco)]
     for manifest in fill:
         manifest["spec"]["priorityClassName"] = low
-    create(cluster, namespace, fill)
+    create_pods(cluster, namespace, fill)
     before = placed(cluster, namespace)
     snapshot = running_pods(cluster, namespace, set(before))
     submit_gang(cluster, namespace, high, member)
@@ -524,7 +514,7 @@ def test_core_preemption_predicts_kube_schedulers_victims(
     for n in sorted(perf - {target}):
         fill.append(pod(f"block-{n}", performance=False, node=n, cpu=f"{millis[n]}m"))
         fill[-1]["spec"]["priorityClassName"] = high
-    create(cluster, namespace, fill)
+    create_pods(cluster, namespace, fill)
     before = placed(cluster, namespace)
     snapshot = running_pods(cluster, namespace, set(before))
     submit_gang(cluster, namespace, high, member)
@@ -584,7 +574,7 @@ def submit_gang(cluster: LocalCluster, namespace: str, priority_class: str, memb
     for manifest in gang:
         manifest["spec"]["priorityClassName"] = priority_class
         manifest["spec"]["schedulingGroup"] = {"podGroupName": "train"}
-    create(cluster, namespace, gang)
+    create_pods(cluster, namespace, gang)
 
 
 def predict_victims(

@@ -36,6 +36,7 @@ from hack.cluster.roles import (
 from hack.cluster.runner import NAMESPACE, LocalCluster, free_port
 from joulie.api import keys
 from tests.support.builders import WORK_IMAGE, container, kwok_node, node_group, pod_manifest
+from tests.support.cluster_pods import create_pods, placed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -364,19 +365,6 @@ def work_pod(
     )
 
 
-def create(cluster: LocalCluster, namespace: str, pods: list[dict[str, Any]]) -> None:
-    with cluster.api() as api:
-        for manifest in pods:
-            api.post(f"/api/v1/namespaces/{namespace}/pods", json=manifest).raise_for_status()
-
-
-def placed(cluster: LocalCluster, namespace: str) -> dict[str, str]:
-    """Pod name -> node ("" while unbound)."""
-    with cluster.api() as api:
-        items = api.get(f"/api/v1/namespaces/{namespace}/pods").json().get("items") or []
-    return {p["metadata"]["name"]: p["spec"].get("nodeName") or "" for p in items}
-
-
 def all_bound(cluster: LocalCluster, namespace: str, names: set[str]) -> dict[str, str]:
     def bound() -> dict[str, str] | None:
         found = {k: v for k, v in placed(cluster, namespace).items() if k in names}
@@ -456,7 +444,7 @@ def test_only_pods_that_ask_for_joulie_scheduler_get_joulies_placement(
     scoring sends every performance pod to the eco node; joulie-scheduler, asking the extender,
     keeps the performance pods that name it off the eco node."""
     perf, eco = planned(cluster, nodes)
-    create(
+    create_pods(
         cluster,
         namespace,
         [work_pod("busy", performance=False, node=perf, cpu=f"{NODE_CPUS * 800}m")],
@@ -464,7 +452,7 @@ def test_only_pods_that_ask_for_joulie_scheduler_get_joulies_placement(
     before = extender_filter_calls(extender)
     joulie = {f"joulie-{i}" for i in range(PODS)}
     plain = {f"plain-{i}" for i in range(PODS)}
-    create(
+    create_pods(
         cluster,
         namespace,
         [work_pod(n, performance=True, scheduler=NAME) for n in sorted(joulie)]
@@ -495,7 +483,7 @@ def test_joulie_scheduler_holds_a_lease_of_its_own(
         30,
         f"joulie-scheduler to lead on {NAMESPACE}/{NAME}",
     )
-    create(cluster, namespace, [work_pod("opted-in", performance=False, scheduler=NAME)])
+    create_pods(cluster, namespace, [work_pod("opted-in", performance=False, scheduler=NAME)])
     all_bound(cluster, namespace, {"opted-in"})
     renewed = own["spec"]["renewTime"]
     wait_until(
