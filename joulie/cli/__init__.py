@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from joulie import __version__
+from joulie.api.text_table import aligned
 from joulie.cli.arg_types import seconds
 from joulie.cli.errors import EXIT_INTERRUPTED, os_error_line
 from joulie.cli.help import use_everywhere
@@ -253,13 +254,9 @@ def _config(roles_text: str, output: str) -> int:
     if output == "json":
         print(json.dumps(rows, indent=2))
     else:
-        widths = [max(len(r[k]) for r in rows) for k in ("role", "variable", "value")]
-        header = ("ROLE", "VARIABLE", "VALUE", "SOURCE")
-        widths = [max(w, len(h)) for w, h in zip(widths, header, strict=False)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-        print(fmt.format(*header))
-        for r in rows:
-            print(fmt.format(r["role"], r["variable"], r["value"], r["source"]))
+        columns = ("role", "variable", "value", "source")
+        table = [list(columns), *([r[k] for k in columns] for r in rows)]
+        print("\n".join(aligned(table)))
     for item in loaded:
         for warning in item.warnings:
             print(f"joulie: warning: {warning}", file=sys.stderr)

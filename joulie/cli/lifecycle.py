@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from joulie.api.lifecycle import Matrix, MatrixError, load_matrix
+from joulie.api.text_table import aligned
 
 __all__ = ["add_parser", "render_json", "render_table", "run"]
 
@@ -62,13 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
 def render_table(matrix: Matrix) -> str:
     """One aligned row per tuple, in the order of the table the default comes from."""
-    header = ("STATE", "WINDOW", "BOOT GRACE", "IDLE GRACE", "ACTION")
-    rows = [(*key.as_list(), action.value) for key, action in matrix.rows()]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
-    lines = [f"lifecycle matrix: {matrix.source}", ""]
-    for row in (header, *rows):
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[-1]]))
+    header = ["state", "window", "boot grace", "idle grace", "action"]
+    rows = [[*key.as_list(), action.value] for key, action in matrix.rows()]
+    lines = [f"lifecycle matrix: {matrix.source}", "", *aligned([header, *rows])]
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from joulie.api import keys
 from joulie.api.inventory import Inventory, NodeGroup
+from joulie.api.text_table import aligned
 from joulie.core.policies import ClassCaps, Plan, PlanNode, family_split, plan
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.power_spec import optimal_gpu_cap_w
@@ -134,16 +135,17 @@ def render(
                 "cpu_eco_when_standard": caps.cpu_eco_when_standard,
             }
         return json.dumps(data, indent=2)
-    width = max([len("FAMILY"), *(len(f) for f in split)])
     version = f" ({result.policy_name})" if result.policy_name != registry_name else ""
+    families = [
+        [family, str(total), str(perf), str(total - perf)]
+        for family, (total, perf) in sorted(split.items())
+    ]
     lines = [
         f"policy {registry_name}{version}: {result.performance_count} of {len(nodes)} nodes in "
         f"performance (requested {result.hp_count})",
         "",
-        f"{'FAMILY':<{width}}  {'NODES':>6}  {'PERFORMANCE':>11}  {'ECO':>6}",
+        *aligned([["family", "nodes", "performance", "eco"], *families], labels=1),
     ]
-    for family, (total, perf) in sorted(split.items()):
-        lines.append(f"{family:<{width}}  {total:>6}  {perf:>11}  {total - perf:>6}")
     if caps is not None:
         lines += ["", *_class_caps_lines(caps, gpu_caps or {})]
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 
+from joulie.api.text_table import aligned
 from joulie.sim.result_io import canonical_float, results_json
 from joulie.sim.results import ClassResult, LifecycleResult, RunResult, Sample, WorkloadEnergy
 from joulie.sim.saving import (
@@ -206,21 +207,6 @@ def table_rows(results: Iterable[RunResult]) -> list[list[str]]:
     return rows
 
 
-def _aligned(rows: list[list[str]]) -> list[str]:
-    """Header, rule and body lines: labels (the first two columns) left, numbers right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-
-    def line(row: list[str]) -> str:
-        cells = [
-            c.ljust(w) if i < 2 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return [line(rows[0]), rule, *(line(row) for row in rows[1:])]
-
-
 TABLE_WIDTH = 120
 """The widest a table's line gets: wider tables are cut into blocks of whole column groups, each
 block repeating the scenario and baseline (a 325-column line wrapped into noise in a terminal)."""
@@ -260,7 +246,7 @@ def comparison_table(results: Iterable[RunResult]) -> str:
     results = list(results)
     lines: list[str] = []
     for block in _blocks(table_rows(results)):
-        lines += [*([""] if lines else []), *_aligned(block)]
+        lines += [*([""] if lines else []), *aligned(block, labels=2)]
     notes = ["", *NOTES]
     if any(r.window is not None for r in results):
         notes += WINDOW_NOTES
@@ -329,7 +315,7 @@ def class_table(results: Iterable[RunResult]) -> str:
     rows = class_rows(results)
     if not rows:
         return ""
-    return "\n".join([*_aligned(rows), "", *CLASS_NOTES]) + "\n"
+    return "\n".join([*aligned(rows, labels=2), "", *CLASS_NOTES]) + "\n"
 
 
 CLASS_NOTES = (

@@ -393,7 +393,7 @@ def test_the_lifecycle_both_table_fits_a_terminal(capsys: pytest.CaptureFixture[
     assert cli([*TINY, "--baselines", "A,B", "--lifecycle", "both"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 125  # was 325
-    assert sum(line.startswith("scenario  baseline") for line in lines) >= 4  # in blocks
+    assert sum(line.startswith("SCENARIO  BASELINE") for line in lines) >= 4  # in blocks
 
 
 @pytest.mark.parametrize(

@@ -254,15 +254,15 @@ def test_the_cli_switch_labels_the_baselines_and_the_table_shows_the_lifecycle(
     argv = ["simulate", "--inventory", "exp02", "--hours", "2", "--baselines", "A", "-q"]
     assert cli(argv) == 0
     plain = capsys.readouterr().out
-    assert "nodes off" not in plain
+    assert "NODES OFF" not in plain
     assert cli([*argv, "--lifecycle", "both", "--param", "lifecycle_min_nodes=5"]) == 0
     table = capsys.readouterr().out
     rows = _row_cells(table)
     assert set(rows) == {"A", "A+L"}
     # The run without it is the run of the plain command, and shows - in the new columns.
     assert rows["A"] == [*_row_cells(plain)["A"], *["-"] * len(LIFECYCLE_COLUMNS)]
-    assert "nodes off" in table
-    assert "shutdowns" in table
+    assert "NODES OFF" in table
+    assert "SHUTDOWNS" in table
 
 
 def _row_cells(table: str) -> dict[str, list[str]]:
@@ -270,9 +270,9 @@ def _row_cells(table: str) -> dict[str, list[str]]:
     cells: dict[str, list[str]] = {}
     lines = table.splitlines()
     for i, line in enumerate(lines):
-        if not line.startswith("scenario  baseline") or "performance kWh" in line:
+        if not line.startswith("SCENARIO  BASELINE") or "PERFORMANCE kWh" in line:
             continue
-        for row in itertools.takewhile(str.strip, lines[i + 2 :]):
+        for row in itertools.takewhile(str.strip, lines[i + 1 :]):
             cells.setdefault(row.split()[1], []).extend(row.split()[2:])
     return cells
 
@@ -296,7 +296,7 @@ def test_tables_fold_lifecycle_figures_and_mark_runs_without_it() -> None:
     spec = SMALL.model_copy(update={"baseline": "A"})
     results = [run(spec), run(spec.model_copy(update={"lifecycle": True}))]
     lines = comparison_table(results).splitlines()
-    block = lines[next(i for i, line in enumerate(lines) if "nodes off" in line) :]
+    block = lines[next(i for i, line in enumerate(lines) if "NODES OFF" in line) :]
     plain_row = next(line for line in block if line.split()[1:2] == ["A"])
     assert plain_row.rstrip().endswith("-")
 

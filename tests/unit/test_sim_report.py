@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.transforms import Bbox
 
+from joulie.api.text_table import header_cell
 from joulie.hardware.catalog import Catalog
 from joulie.sim.engine import Engine, Scenario
 from joulie.sim.plots import (
@@ -28,6 +29,8 @@ from joulie.sim.plots import (
     saving_label,
 )
 from joulie.sim.report import (
+    COLUMNS,
+    LIFECYCLE_COLUMNS,
     class_rows,
     comparison_table,
     table_rows,
@@ -283,10 +286,9 @@ def test_a_seed_without_reference_or_with_unfinished_work_shows_a_dash() -> None
 def test_table_is_aligned_text_with_one_row_per_scenario_and_baseline() -> None:
     results = [make_result("s", b, seed, 100.0) for b in ("C", "A") for seed in (1, 2)]
     lines = comparison_table(results).splitlines()
-    assert lines[0].startswith("scenario  baseline")
-    assert set(lines[1]) == {"-", " "}
-    assert [line.split()[:2] for line in lines[2:4]] == [["s", "A"], ["s", "C"]]
-    assert len({len(line) for line in lines[:4]}) == 1  # every cell padded to its column
+    assert lines[0].startswith("SCENARIO  BASELINE")  # the one table style (text_table)
+    assert [line.split()[:2] for line in lines[1:3]] == [["s", "A"], ["s", "C"]]
+    assert len({len(line) for line in lines[:3]}) == 1  # every cell padded to its column
     assert max(len(line) for line in lines) <= 120  # blocks of column groups, not one wide line
 
 
@@ -359,15 +361,31 @@ def _tiny_runs() -> list[RunResult]:
     ]
 
 
+_COLUMN_NAMES = {
+    header_cell(name): name
+    for name in (
+        "scenario",
+        "baseline",
+        *(name for name, _ in (*COLUMNS, *LIFECYCLE_COLUMNS)),
+        *(
+            f"{c} {unit}"
+            for c in ("performance", "standard", "overhead")
+            for unit in ("kWh", "saving %")
+        ),
+    )
+}
+"""A header as the table shows it -> the column's name (what ``table_rows`` holds)."""
+
+
 def _table_cells(text: str) -> dict[str, dict[str, str]]:
-    """table.txt as baseline -> column -> cell (cells are two or more spaces apart), its
-    blocks (each a header, a rule and rows, a blank line apart) read as one table."""
+    """table.txt as baseline -> column name -> cell (cells are two or more spaces apart), its
+    blocks (each a header and rows, a blank line apart) read as one table."""
     lines = text.splitlines()
     rows: dict[str, dict[str, str]] = {}
     start = 0
-    while start < len(lines) and lines[start].startswith("scenario  baseline"):
-        header = re.split(r"\s{2,}", lines[start].strip())
-        end = start + 2
+    while start < len(lines) and lines[start].startswith("SCENARIO  BASELINE"):
+        header = [_COLUMN_NAMES[h] for h in re.split(r"\s{2,}", lines[start].strip())]
+        end = start + 1
         while end < len(lines) and lines[end].strip():
             cells = re.split(r"\s{2,}", lines[end].strip())
             rows.setdefault(cells[1], {}).update(zip(header, cells, strict=True))
@@ -461,7 +479,7 @@ def _inside(box: Bbox, outer: Bbox) -> bool:
 def _class_cells(text: str) -> dict[str, dict[str, str]]:
     """The energy-per-class block of table.txt as baseline -> column -> cell."""
     lines = text.splitlines()
-    first = next(i for i, line in enumerate(lines) if "performance kWh" in line)
+    first = next(i for i, line in enumerate(lines) if "PERFORMANCE kWh" in line)
     return _table_cells("\n".join(lines[first:]))
 
 

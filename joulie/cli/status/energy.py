@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from joulie.api.text_table import aligned
 from joulie.manager.energy_store import StoredTotals
 
 __all__ = ["Account", "EnergyReport", "energy_report", "energy_table"]
@@ -162,14 +163,7 @@ def _rows(accounts: tuple[Account, ...], second: str, total: float) -> list[str]
                 _shown(account.saved_pct),
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.rjust(width) if i >= 2 else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
+    return aligned(rows, labels=2)
 
 
 def _shown(pct: float | None) -> str:

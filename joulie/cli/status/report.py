@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from joulie.api import keys
+from joulie.api.text_table import aligned
 from joulie.cli.status.views import CONTROL_KEYS, TwinView
 from joulie.core.twin import measurement_failed
 from joulie.kube.projections import SlimNode, SlimPod
@@ -219,8 +220,5 @@ def table(report: Report) -> str:
         )
         for r in report.rows
     ]
-    widths = [max(len(row[i]) for row in (COLUMNS, *cells)) for i in range(len(COLUMNS))]
-    lines = [*summary_lines(report.summary), ""]
-    for row in (COLUMNS, *cells):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    lines = [*summary_lines(report.summary), "", *aligned([COLUMNS, *cells])]
     return "\n".join(lines)
