@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -50,11 +51,33 @@ def observe(
     """The :class:`Observed` of a raw object for ``manager`` on ``subresource``."""
     meta = raw.get("metadata") or {}
     owned = managed_paths(meta.get("managedFields"), manager, subresource)
-    fields = {k: raw[k] for k in keep if k in raw}
+    fields = {k: _compact(raw[k]) for k in keep if k in raw}
     claimed = _owned_metadata(meta, owned)
     if claimed:
         fields["metadata"] = claimed
     return Observed(fields=fields, owned=owned, version=resource_version(raw))
+
+
+_INTERNED_MAX_CHARS = 64
+_COMPACT_DEPTH = 32
+
+
+def _compact(value: Any, depth: int = 0) -> Any:
+    """The same JSON value with every object key and every short string interned.
+
+    A decoded watch event holds its own copy of every key (``json`` shares keys within one
+    document only), so 5,000 cached twins held 5,000 copies of each of their ~40 keys and
+    enum-like values: 44 -> 24 MiB for 5,000 twins (tracemalloc). Deeper than any Joulie object
+    nests, a value is kept as it is."""
+    if depth >= _COMPACT_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {sys.intern(k): _compact(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v, depth + 1) for v in value]
+    if isinstance(value, str) and len(value) <= _INTERNED_MAX_CHARS:
+        return sys.intern(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
