@@ -31,7 +31,7 @@ from joulie.api.inventory import load_inventory
 from joulie.api.quantity import parse_quantity
 from joulie.core import preemption as core
 from tests.support.builders import WORK_IMAGE, container, kwok_nodes, pod_manifest
-from tests.support.cluster_pods import create_pods, placed
+from tests.support.cluster_pods import create_pods, placed, pod_namespace
 from tests.support.processes import RoleProcess
 from tests.support.waiting import wait_until
 
@@ -86,14 +86,8 @@ def nodes(cluster: LocalCluster) -> Iterator[list[str]]:
 
 @pytest.fixture
 def namespace(cluster: LocalCluster, nodes: list[str]) -> Iterator[str]:
-    name = f"ex-{uuid.uuid4().hex[:8]}"
-    with cluster.api() as api:
-        api.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
-    yield name
-    with cluster.api() as api:
-        api.delete(f"/api/v1/namespaces/{name}", params={"gracePeriodSeconds": "0"})
-    # Gone before the next test counts where pods landed.
-    wait_until(lambda: not placed(cluster, name), 60, f"the pods of {name} to go")
+    with pod_namespace(cluster, "ex") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

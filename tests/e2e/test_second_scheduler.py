@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import socket
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from hack.cluster.roles import (
 from hack.cluster.runner import NAMESPACE, LocalCluster, free_port
 from joulie.api import keys
 from tests.support.builders import WORK_IMAGE, container, kwok_node, node_group, pod_manifest
-from tests.support.cluster_pods import create_pods, placed
+from tests.support.cluster_pods import create_pods, placed, pod_namespace
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -334,13 +333,8 @@ def second_scheduler(
 
 @pytest.fixture
 def namespace(cluster: LocalCluster, nodes: list[str]) -> Iterator[str]:
-    name = f"ss-{uuid.uuid4().hex[:8]}"
-    with cluster.api() as api:
-        api.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
-    yield name
-    with cluster.api() as api:
-        api.delete(f"/api/v1/namespaces/{name}", params={"gracePeriodSeconds": "0"})
-    wait_until(lambda: not placed(cluster, name), 60, f"the pods of {name} to go")
+    with pod_namespace(cluster, "ss") as name:
+        yield name
 
 
 def work_pod(
