@@ -92,8 +92,7 @@ def accepted_writes(
     """When the API server answered each successful write of process ``pid`` to a NodeTwin or a
     Node (its label), or to ``resources``, from the audit log."""
     found = []
-    for line in cluster.audit_log.read_text().splitlines():
-        entry = json.loads(line)
+    for entry in cluster.audit_entries():
         ref = entry.get("objectRef") or {}
         code = (entry.get("responseStatus") or {}).get("code", 0)
         if (

@@ -145,8 +145,7 @@ def applied(cluster: LocalCluster, node: str, root: Path) -> bool:
 def agent_writes(cluster: LocalCluster, pid: int) -> int:
     """Successful writes of process ``pid``, from the API server's audit log."""
     count = 0
-    for line in cluster.audit_log.read_text().splitlines():
-        entry = json.loads(line)
+    for entry in cluster.audit_entries():
         code = (entry.get("responseStatus") or {}).get("code", 0)
         if (
             entry.get("stage") == "ResponseComplete"
