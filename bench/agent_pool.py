@@ -2,12 +2,14 @@
 published, every node brought in line), the steady pass against a 20 s CONTROL_INTERVAL, and each
 agent's CPU per pass and peak RSS.
 
-    python -m bench.agent_pool [--passes 3] [--interval 20] [--json FILE]
+    python -m bench.agent_pool [--passes 3] [--interval 20] [--json FILE] [--tracemalloc N]
 
 Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first). The
 simulator and the two agents run as `joulie` processes with the admin kubeconfig; there is no
 manager, so no node is planned and the agents clear caps and presets once (restored), which is
-the same request load as enforcing a spec.
+the same request load as enforcing a spec. ``--tracemalloc N`` traces both agents
+(:mod:`bench.heap`; timings then mean nothing) and prints each one's top N allocation sites after
+its first pass and at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import heap
 from bench.informer import bench_cluster
 from hack.cluster.roles import simulator_telemetry_settings
 from hack.cluster.runner import free_port
@@ -72,6 +75,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3, help="steady passes to measure")
     parser.add_argument("--interval", type=float, default=20, help="CONTROL_INTERVAL, seconds")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="N")
     args = parser.parse_args()
     cluster = bench_cluster()
     cluster.up()
@@ -84,6 +88,7 @@ def main() -> None:
     }
     processes: list[subprocess.Popen[bytes]] = []
     figures: dict[str, Any] = {"interval_s": args.interval}
+    heaps: list[str] = []
     try:
         processes.append(
             subprocess.Popen(
@@ -114,7 +119,10 @@ def main() -> None:
                 "CONTROL_INTERVAL": f"{args.interval}s",
                 **simulator_telemetry_settings(endpoint),
             }
-            process = subprocess.Popen([JOULIE, "--role=agent"], env=env)
+            argv = [JOULIE, "--role=agent"]
+            if args.tracemalloc:
+                argv = heap.command(heap_file(cluster.work_dir, shard), args.tracemalloc, argv[1:])
+            process = subprocess.Popen(argv, env=env)
             processes.append(process)
             agents.append((process, port))
 
@@ -126,6 +134,10 @@ def main() -> None:
 
         wait(lambda: passes_done(1), 900, "the first pass of both agents")
         figures["first_pass_wall_s"] = round(time.monotonic() - started, 1)
+        if args.tracemalloc:
+            for shard, (process, _) in enumerate(agents):
+                dumped = heap.dump(process, heap_file(cluster.work_dir, shard))
+                heaps.append(f"agent {shard}, after its first pass: {dumped}")
         figures["served"] = [metric(port, "joulie_agent_served_nodes") for _, port in agents]
         figures["first_pass_s"] = [
             round(metric(port, "joulie_agent_pass_duration_seconds_sum"), 1) for _, port in agents
@@ -150,6 +162,10 @@ def main() -> None:
             metric(port, "joulie_agent_node_syncs_total", result="failed") for _, port in agents
         )
         figures["peak_rss_mib"] = [round(peak_rss_mib(p.pid), 1) for p, _ in agents]
+        if args.tracemalloc:
+            for shard, (process, _) in enumerate(agents):
+                dumped = heap.dump(process, heap_file(cluster.work_dir, shard))
+                heaps.append(f"agent {shard}, at the end: {dumped}")
     finally:
         for process in processes:
             process.terminate()
@@ -164,8 +180,14 @@ def main() -> None:
     print(f"{'CPU per steady pass per shard':44} {figures['steady_cpu_per_pass_s']} s")
     print(f"{'peak RSS per agent':44} {figures['peak_rss_mib']} MiB")
     print(f"{'failed node syncs':44} {figures['failed_syncs']:.0f}")
+    for text in heaps:
+        print(text)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+
+
+def heap_file(work_dir: Path, shard: int) -> Path:
+    return work_dir / f"heap-agent-{shard}.txt"
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import heap
 from bench.agent_pool import TICKS, cpu_seconds, metric, peak_rss_mib, wait
 from bench.informer import bench_cluster, ensure_objects
 from bench.manager import percentile
@@ -87,12 +88,21 @@ class Joulie:
     """``joulie --role=<role>`` with the admin kubeconfig, its health and metrics on a port."""
 
     def __init__(
-        self, cluster: LocalCluster, role: str, env: Mapping[str, str], log: Path, cpu: int | None
+        self,
+        cluster: LocalCluster,
+        role: str,
+        env: Mapping[str, str],
+        log: Path,
+        cpu: int | None,
+        trace: int = 0,
     ) -> None:
         self.role = role
         self.metrics_port = free_port()
         self.log = log
+        self.heap_file = log.with_name(f"heap-{role}.txt")
         argv = [JOULIE, f"--role={role}"]
+        if trace:
+            argv = heap.command(self.heap_file, trace, argv[1:])
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]
         with log.open("ab") as out:
@@ -142,13 +152,14 @@ def manager(cluster: LocalCluster, log: Path) -> Joulie:
     )
 
 
-def extender(cluster: LocalCluster, port: int, log: Path) -> Joulie:
+def extender(cluster: LocalCluster, port: int, log: Path, trace: int = 0) -> Joulie:
     return Joulie(
         cluster,
         "extender",
         {"EXTENDER_ADDR": f"127.0.0.1:{port}", "EXTENDER_DEBUG": "true"},
         log,
         cpu=EXTENDER_CPU,
+        trace=trace,
     )
 
 
@@ -822,8 +833,10 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
             "the manager's first reconcile",
         )
         figures["manager_ready_s"] = round(time.monotonic() - t0, 1)
-        ext = extender(cluster, port, work / "extender.log")
+        ext = extender(cluster, port, work / "extender.log", args.tracemalloc)
         figures["extender_synced_s"] = round(wait_extender(ext, url, len(names)), 1)
+        if args.tracemalloc:
+            figures["heap_after_sync"] = heap.dump(ext.process, ext.heap_file)
         figures["scoring_check"] = check_scoring(url, names)
         if figures["scoring_check"]["not_scored"]:
             raise SystemExit(f"the extender is not scoring: {figures['scoring_check']}")
@@ -833,6 +846,8 @@ def run(args: argparse.Namespace, cluster: LocalCluster, work: Path) -> dict[str
         if not args.skip_scheduler:
             figures["scheduler"] = measure_scheduler(args, cluster, work, nodes, url, ext, mgr)
         figures["extender_peak_rss_mib"] = round(peak_rss_mib(ext.process.pid), 1)
+        if args.tracemalloc:
+            figures["heap_at_end"] = heap.dump(ext.process, ext.heap_file)
     finally:
         if ext is not None:
             ext.stop()
@@ -1001,6 +1016,9 @@ def report(figures: Mapping[str, Any]) -> None:
                 f"{t['other_cpu_share']} of the cores)"
             )
     print(f"extender peak RSS {figures['extender_peak_rss_mib']} MiB")
+    for moment in ("after_sync", "at_end"):
+        if f"heap_{moment}" in figures:
+            print(f"extender heap, {moment.replace('_', ' ')}: {figures[f'heap_{moment}']}")
     sched = figures.get("scheduler")
     if sched:
         for r in sched["runs"]:
@@ -1047,6 +1065,14 @@ def main() -> None:
         help="leave out the latency and throughput cases (kube-scheduler's pods/s alone)",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trace the extender (bench.heap; timings then mean nothing) and print its top N "
+        "allocation sites after sync and at the end",
+    )
     args = parser.parse_args()
     cluster = bench_cluster()
     cluster.up()

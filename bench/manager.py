@@ -38,12 +38,11 @@ import os
 import pstats
 import statistics
 import time
-import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from bench import energy_accounts
+from bench import energy_accounts, heap
 from bench.informer import bench_cluster, ensure_objects, peak_rss_mib
 from joulie.kube import metrics
 from joulie.kube.writes import NotPermitted
@@ -96,19 +95,6 @@ class GcPauses:
                 "max_ms": round(max(times, default=0.0) * 1000, 1),
             }
         return out
-
-
-def top_memory(limit: int) -> str:
-    """The files holding the most traced memory now, with sizes in MiB."""
-    snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, tracemalloc.__file__)]
-    )
-    stats = snapshot.statistics("filename")
-    total = sum(s.size for s in stats)
-    lines = [f"  traced total {total / 2**20:.1f} MiB"]
-    for stat in stats[:limit]:
-        lines.append(f"  {stat.size / 2**20:8.1f} MiB {stat.count:>9} blocks  {stat.traceback}")
-    return "\n".join(lines)
 
 
 class Timed:
@@ -187,7 +173,7 @@ async def measure(
     pauses = GcPauses()
     gc.callbacks.append(pauses)
     if trace_top:
-        tracemalloc.start()
+        heap.start()
     async with await KubeClient.from_kubeconfig(kubeconfig) as client:
         role = ManagerRole(settings, client)
         stopping = asyncio.Event()
@@ -222,7 +208,7 @@ async def measure(
             figures["performance_pods"] = role.cache.performance_pods()
             figures["peak_rss_at_sync_mib"] = round(peak_rss_mib(), 1)
             if trace_top:
-                figures["memory_after_sync"] = top_memory(trace_top)
+                figures["memory_after_sync"] = heap.top_sites(trace_top, "after sync")
 
             # The first pass: whichever reconcile comes first (the worker's own, started as soon
             # as it leads and has synced, or ours, which then waits behind it).
@@ -239,7 +225,9 @@ async def measure(
             async with timed._lock:
                 pass
             if trace_top:
-                figures["memory_after_first_pass"] = top_memory(trace_top)
+                figures["memory_after_first_pass"] = heap.top_sites(
+                    trace_top, "after the first pass"
+                )
 
             if profile_top:
                 timed.profiler = cProfile.Profile()
@@ -378,9 +366,9 @@ def main() -> None:
         )
     if "energy" in figures:
         energy_accounts.print_figures(figures["energy"])
-    for title, text in zip(("after sync", "after the first pass"), memory, strict=True):
+    for text in memory:
         if text:
-            print(f"traced memory by file, {title}:\n{text}")
+            print(text)
     if profile:
         print(profile)
 
