@@ -24,7 +24,7 @@ passed in by the caller.
 from __future__ import annotations
 
 import math
-from collections import deque
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -432,19 +432,27 @@ class PowerHistory:
     window_s: float
     min_span_s: float = 6.0
     """Readings closer together than this give no trend (a burst of reads is not a rate)."""
-    _samples: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    _samples: dict[str, array[float]] = field(default_factory=dict)
+    """Per node, its readings as flat doubles ``t0, w0, t1, w1, ...``, oldest first. A deque of
+    (time, watts) tuples cost about 1.9 KiB per node with 8 readings in the window (the
+    deque's 64-slot block, a tuple and two floats per reading): 9.6 MiB at 5,000 nodes by
+    tracemalloc; raw doubles are 16 bytes a reading."""
     _trends: dict[str, float] = field(default_factory=dict)
     """The trend per node since its last reading (reconciles between readings reuse it)."""
 
     def record(self, node: str, at: float, watts: float) -> None:
         samples = self._samples.get(node)
         if samples is None:
-            samples = self._samples[node] = deque()
-        if samples and at <= samples[-1][0]:
+            samples = self._samples[node] = array("d")
+        if samples and at <= samples[-2]:
             return  # time did not move: keep the first reading of that instant
-        samples.append((at, watts))
-        while samples and samples[0][0] < at - self.window_s:
-            samples.popleft()
+        samples.append(at)
+        samples.append(watts)
+        old = 0
+        while old < len(samples) and samples[old] < at - self.window_s:
+            old += 2
+        if old:
+            del samples[:old]
         self._trends.pop(node, None)
 
     def known(self, node: str) -> bool:
@@ -452,7 +460,7 @@ class PowerHistory:
         samples = self._samples.get(node)
         if not samples:
             return False
-        return samples[-1][0] - samples[0][0] >= self.min_span_s
+        return samples[-2] - samples[0] >= self.min_span_s
 
     def trend(self, node: str) -> float:
         """W/min over the window; 0 until :meth:`known`."""
@@ -474,18 +482,16 @@ class PowerHistory:
         return len(self._samples)
 
 
-def _slope(samples: deque[tuple[float, float]]) -> float:
-    """Least-squares slope in W/s. Times are taken relative to the first sample, so that epoch
-    seconds squared do not swamp the differences."""
-    t0, w0 = samples[0]
-    for _, w in samples:
-        if w != w0:
-            break
-    else:
+def _slope(samples: array[float]) -> float:
+    """Least-squares slope in W/s of flat ``t, w`` pairs. Times are taken relative to the first
+    sample, so that epoch seconds squared do not swamp the differences."""
+    t0, w0 = samples[0], samples[1]
+    times, watts = samples[0::2], samples[1::2]
+    if watts.count(w0) == len(watts):
         return 0.0  # the steady case, and the common one
-    n = len(samples)
+    n = len(times)
     sum_t = sum_w = sum_tt = sum_tw = 0.0
-    for t, w in samples:
+    for t, w in zip(times, watts, strict=True):
         dt = t - t0
         sum_t += dt
         sum_w += w
