@@ -23,7 +23,6 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import aiohttp
-import httpx
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -232,6 +231,10 @@ class PrometheusSource:
         self._address = address
         self._query = query
         self._label = node_label
+        # httpx loads with the first Prometheus source, not with the module: a manager reading
+        # power another way does not carry it (about 6 MiB of RSS).
+        import httpx
+
         self._client = httpx.AsyncClient(timeout=timeout_s)
 
     async def read(self, nodes: Sequence[str]) -> dict[str, NodePower]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from joulie.api import json_body
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["QueryError", "Series", "instant_query", "parse_instant_result", "single_value"]
 
@@ -87,6 +88,8 @@ thousands of nodes; a bigger answer is refused as it streams in."""
 
 async def instant_query(client: httpx.AsyncClient, address: str, query: str) -> list[Series]:
     """Run ``query`` once; transport failures and HTTP errors become :class:`QueryError`."""
+    import httpx  # loaded with the caller's client; named here for the except clause
+
     url = address.rstrip("/") + "/api/v1/query"
     try:
         async with client.stream("GET", url, params={"query": query}) as response:

@@ -7,12 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from joulie.agent.settings import AgentSettings
-from joulie.extender.settings import ExtenderSettings
-from joulie.manager.settings import ManagerSettings
 from joulie.process.settings import ProcessSettings
 from joulie.settings import EnvSettings, Loaded, Source
-from joulie.sim.settings import SimulatorSettings
 
 if TYPE_CHECKING:  # the runtime (aiohttp, prometheus) loads only when roles run
     from joulie.process.runtime import Role
@@ -22,19 +18,31 @@ if TYPE_CHECKING:  # the runtime (aiohttp, prometheus) loads only when roles run
 class RoleSpec:
     name: str
     summary: str
-    settings: type[EnvSettings]
+    settings_class: str
+    """``module:class`` of the role's settings, imported when read (:attr:`settings`): a process
+    runs one or two roles, and the manager's settings alone import its lifecycle actuators and,
+    through them, numpy and httpx (about 16 MiB of RSS an agent on every node did not use)."""
     metrics_port: int
     """METRICS_ADDR's default port when this role is the first of its process: each role has its
     own, so two roles started side by side on one machine do not collide."""
     implementation: str | None = None
     """``module:factory`` building the role from its settings; None until the role is built."""
 
+    @property
+    def settings(self) -> type[EnvSettings]:
+        cls: type[EnvSettings] = _resolve(self.settings_class)
+        return cls
+
     def build(self, settings: EnvSettings) -> Role:
         if self.implementation is None:
             raise NotImplementedError(self.name)
-        module, _, attr = self.implementation.partition(":")
-        factory: Callable[[Any], Role] = getattr(importlib.import_module(module), attr)
+        factory: Callable[[Any], Role] = _resolve(self.implementation)
         return factory(settings)
+
+
+def _resolve(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 ROLES: Mapping[str, RoleSpec] = {
@@ -43,28 +51,28 @@ ROLES: Mapping[str, RoleSpec] = {
         RoleSpec(
             "manager",
             "controller manager: policy, performance split, caps, governors, twin",
-            ManagerSettings,
+            "joulie.manager.settings:ManagerSettings",
             metrics_port=8080,
             implementation="joulie.manager.role:build",
         ),
         RoleSpec(
             "agent",
             "node agent: hardware discovery and enforcement of caps and governors",
-            AgentSettings,
+            "joulie.agent.settings:AgentSettings",
             metrics_port=8081,
             implementation="joulie.agent.role:build",
         ),
         RoleSpec(
             "extender",
             "scheduler extender: filter, prioritize and preempt for kube-scheduler",
-            ExtenderSettings,
+            "joulie.extender.settings:ExtenderSettings",
             metrics_port=8082,
             implementation="joulie.extender.role:build",
         ),
         RoleSpec(
             "simulator",
             "telemetry/control service standing in for the hardware of KWOK nodes",
-            SimulatorSettings,
+            "joulie.sim.settings:SimulatorSettings",
             metrics_port=8083,
             implementation="joulie.sim.service:build",
         ),

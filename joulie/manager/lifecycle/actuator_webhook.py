@@ -74,7 +74,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import httpx
 import structlog
 
 from joulie.kube.client import user_agent
@@ -205,6 +204,10 @@ class WebhookActuator:
     ) -> None:
         """``clock`` gives epoch seconds (the timestamp header, HTTP-date Retry-After);
         ``sleep`` waits between attempts. Raises ValueError for an unusable configuration."""
+        # httpx loads with the first webhook actuator, not with the module: every manager
+        # imports the actuator registry, and httpx costs about 6 MiB of RSS.
+        import httpx
+
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"webhook URL {url!r} is not an http:// or https:// URL")
@@ -259,6 +262,8 @@ class WebhookActuator:
         """POST ``body`` until an answer settles it (signed afresh each attempt, retried as the
         wire format says). ``what`` names the request and ``done`` the node's state after a 200
         or 204, in messages."""
+        import httpx  # loaded by __init__ already; named here for the except clauses
+
         last_problem = ""
         retry_after: float | None = None  # what the last answer asked for, before the next try
         last_retry_after: float | None = None
