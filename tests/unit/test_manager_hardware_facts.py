@@ -24,13 +24,19 @@ def test_alike_nodes_share_their_blocks_and_keep_their_own_values() -> None:
     other_gpus["gpu"]["count"] = 4
     a, b, c = (
         hardware_facts(nodehardware(name, status=status))
-        for name, status in (("a", STATUS), ("b", copy.deepcopy(STATUS)), ("c", other_gpus))
+        for name, status in (
+            ("a", STATUS),
+            ("b", {**copy.deepcopy(STATUS), "updatedAt": "2026-12-03T00:05:00Z"}),
+            ("c", other_gpus),
+        )
     )
     assert a.status is not None
     assert b.status is not None
     assert c.status is not None
     assert a.status.cpu is b.status.cpu is c.status.cpu
     assert a.status.gpu is b.status.gpu
+    assert a.status is b.status  # written at other times, the same hardware: one status
+    assert c.status is not a.status
     assert c.status.gpu is not a.status.gpu
     assert c.status.gpu is not None
     assert c.status.gpu.count == 4
