@@ -432,6 +432,7 @@ def test_table_equals_the_scalar_score(
     # outlive the layout they were looked up in.
     asked = (*nodes, *queried, *removed, *added)
     table.scores(demand, asked)
+    table.priorities(demand, asked)  # and the priorities of this demand, kept per table state
     for name in removed:
         table.remove(name)
         nodes.pop(name, None)
@@ -441,7 +442,8 @@ def test_table_equals_the_scalar_score(
     assert len(table) == len(nodes)
     cluster = table.cluster()
     assert cluster == cluster_terms(nodes.values())
-    for names in (asked, [*asked]):
+    # The same names as new str objects too, as each request decodes them.
+    for names in (asked, [*asked], [_copy(name) for name in asked]):
         expected = [score(demand, nodes.get(name), cluster) for name in names]
         assert table.scores(demand, names).tolist() == expected
         assert table.priorities(demand, names) == [extender_priority(v) for v in expected]
@@ -451,6 +453,84 @@ def test_table_equals_the_scalar_score(
         ]
     for name in asked[:5]:
         assert table.explain(demand, name)["score"] == score(demand, nodes.get(name), cluster)
+
+
+def _copy(name: str) -> str:
+    """An equal str that is another object (the names of a request are decoded afresh)."""
+    copy = (name + ".")[:-1]
+    assert copy == name
+    assert copy is not name or len(name) <= 1  # CPython shares one-character strings
+    return copy
+
+
+def test_new_lists_get_the_right_score_for_the_right_host_as_nodes_come_and_go() -> None:
+    table = ScoreTable(capacity=2)
+    for i in range(40):
+        table.set(f"node-{i}", terms(i * 2.5, cls=PERF if i % 3 else ECO))
+
+    def asked(names: list[str]) -> dict[str, int]:
+        fresh = [_copy(n) for n in names]
+        return dict(zip(names, table.priority_array(STANDARD_POD, fresh).tolist(), strict=True))
+
+    def one_by_one(names: list[str]) -> dict[str, int]:
+        return {n: table.priorities(STANDARD_POD, [n])[0] for n in names}
+
+    names = [f"node-{i}" for i in reversed(range(40))] + ["new-node"]
+    before = asked(names)
+    assert before == one_by_one(names)
+    assert before["new-node"] == 5  # unknown: neutral
+    # node-3 goes (the last row moves into its place), a node is renamed, one joins.
+    table.remove("node-3")
+    table.set("renamed-7", table.terms("node-7"))
+    table.remove("node-7")
+    table.set("new-node", terms(100, cls=ECO))
+    after = asked([*names, "renamed-7"])
+    assert after == one_by_one([*names, "renamed-7"])
+    assert after["node-3"] == after["node-7"] == 5
+    assert after["renamed-7"] == before["node-7"]
+    assert after["new-node"] == 10
+    assert after["node-39"] == before["node-39"]
+
+
+def test_priorities_follow_every_change_of_the_terms() -> None:
+    table = ScoreTable()
+    nodes = {"a": terms(100, cls=ECO), "b": terms(50, cls=PERF, trend=0.0)}
+
+    def expected(demand: PodDemand) -> list[int]:
+        cluster = cluster_terms(nodes.values())
+        return [extender_priority(score(demand, nodes.get(n), cluster)) for n in ("a", "b")]
+
+    def check(demand: PodDemand = STANDARD_POD) -> list[int]:
+        got = table.priorities(demand, ["a", "b"])
+        assert got == expected(demand)
+        return got
+
+    for name, node in nodes.items():
+        table.set(name, node)
+    first = check()
+    check(PERF_POD)
+    nodes["a"] = terms(0, cls=ECO)
+    table.set("a", nodes["a"])
+    assert check()[0] != first[0]
+    nodes["b"] = terms(50, cls=PERF, trend=400.0)  # rising fast: the trend bonus falls
+    table.set_trend("b", 400.0)
+    assert check()[1] != first[1]
+    del nodes["b"]
+    table.set("b", None)
+    assert check()[1] == 5
+    for i in range(20):  # more demands than are kept
+        check(PodDemand(cpu_cores=float(i), memory_gib=1.0, gpus=0, performance=i % 2 == 0))
+    check()
+
+
+def test_names_with_any_characters_are_looked_up() -> None:
+    table = ScoreTable()
+    names = ["a\x00b", "a", "\x00", "b\x00\x00", "\u00e9t\u00e9"]
+    for i, name in enumerate(names):
+        table.set(name, terms(i * 25.0, cls=PERF))
+    cluster = table.cluster()
+    expected = [extender_priority(score(STANDARD_POD, table.terms(n), cluster)) for n in names]
+    assert table.priorities(STANDARD_POD, [_copy(n) for n in names]) == expected
 
 
 def test_table_updates_replace_and_forget() -> None:
