@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from joulie.api.json_body import MAX_DEPTH
 from joulie.core.preemption_candidates import Candidate
 from joulie.extender.wire import (
     MIN_REMEMBERED_BYTES,
@@ -483,3 +484,28 @@ def test_the_lists_kept_are_bounded_in_bytes_not_only_in_count() -> None:
     assert parse_args(names_args({}, huge), lists).names == tuple(huge)
     assert lists.find(go(huge)) is None
     assert lists.find(go(bodies[-1])) is not None
+
+
+@pytest.mark.parametrize("padding", [0, 300 * 1024], ids=["small pod", "pod past 256 KiB"])
+@pytest.mark.parametrize("remembered", [False, True])
+def test_a_pod_as_deep_as_the_policy_allows_is_read_and_one_level_more_is_refused(
+    padding: int, remembered: bool
+) -> None:
+    # The depth of a small text is checked by orjson writing it, of a large one by a walk when
+    # it holds few objects: both draw the line at the same level, whichever way the body is
+    # read (the NodeNames form decodes the pod apart from the names).
+    names = json.dumps([f"node-{i:04d}" for i in range(200)])
+
+    def names_body(levels: int) -> bytes:
+        # The body is level 1 and the pod level 2: the arrays in it are the rest.
+        pod = {"metadata": {"name": "p", "annotations": {"pad": "x" * padding}}}
+        pod_json = json.dumps(pod)[:-1] + ',"x":' + "[" * levels + "]" * levels + "}"
+        return f'{{"Pod":{pod_json},"Nodes":null,"NodeNames":{names}}}'.encode()
+
+    lists = NameLists() if remembered else None
+    deepest = names_body(MAX_DEPTH - 2)
+    if lists is not None:
+        parse_args(deepest, lists)  # the names are remembered: only the pod is decoded
+    assert len(parse_args(deepest, lists).names) == 200
+    with pytest.raises(WireError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        parse_args(names_body(MAX_DEPTH - 1), lists)
