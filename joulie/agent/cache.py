@@ -13,8 +13,10 @@ on the node queues a pass too (the class of each GPU board's pod sets that board
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import structlog
@@ -27,7 +29,7 @@ from joulie.core.twin import UNMANAGED_SOURCE
 from joulie.kube.client import ApiError, KubeClient
 from joulie.kube.informer import Handlers, Informer, InformerBundle
 from joulie.kube.ownership import Observed, OwnedObject, observe, owned_projection
-from joulie.kube.projections import SlimNode, SlimPod, node_projection, pod_projection
+from joulie.kube.projections import SlimPod, pod_projection
 
 log = structlog.get_logger("joulie.agent")
 
@@ -55,6 +57,35 @@ class TwinIntent:
 
     def same_intent(self, other: TwinIntent) -> bool:
         return (self.spec, self.problem, self.managed) == (other.spec, other.problem, other.managed)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolNode:
+    """A node as the pool reads it: its name, and the KWOK annotation alone (whether KWOK
+    fakes it). :class:`~joulie.kube.projections.SlimNode` keeps every label and allocatable
+    besides: the bench inventory's 5,000 nodes held 5.0 MiB as SlimNodes, one shard's 2,500
+    hold 0.3 MiB as PoolNodes (tracemalloc)."""
+
+    name: str
+    annotations: Mapping[str, str]
+
+
+_NO_ANNOTATIONS: Mapping[str, str] = MappingProxyType({})
+_KWOK_ANNOTATIONS: dict[str, Mapping[str, str]] = {}
+"""The annotations each distinct KWOK value leaves, shared (in practice one: ``fake``)."""
+
+
+def pool_node_projection(raw: Mapping[str, Any]) -> PoolNode:
+    meta = raw["metadata"]
+    value = (meta.get("annotations") or {}).get(keys.KWOK_NODE_ANNOTATION)
+    if not isinstance(value, str):
+        return PoolNode(name=sys.intern(meta["name"]), annotations=_NO_ANNOTATIONS)
+    annotations = _KWOK_ANNOTATIONS.get(value)
+    if annotations is None:
+        annotations = MappingProxyType({keys.KWOK_NODE_ANNOTATION: value})
+        if len(_KWOK_ANNOTATIONS) < 16:
+            _KWOK_ANNOTATIONS[value] = annotations
+    return PoolNode(name=sys.intern(meta["name"]), annotations=annotations)
 
 
 def twin_projection(manager: str) -> Callable[[Mapping[str, Any]], TwinIntent]:
@@ -89,19 +120,28 @@ class AgentCache(InformerBundle):
         field_manager: str,
         node_selector: str,
         on_change: Callable[[str], None],
+        *,
+        serves: Callable[[str], bool] = lambda _node: True,
     ) -> None:
+        """``serves``: whether a node is this replica's (its shard's). The three collections
+        hold only those nodes' objects: each replica of two used to hold every node's
+        NodeHardware, NodeTwin and Node, twice what it acts on."""
         self._on_change = on_change
-        self.nodes: Informer[SlimNode] = Informer(
+        self.nodes: Informer[PoolNode] = Informer(
             client,
             "/api/v1/nodes",
-            node_projection(annotation_keys=(keys.KWOK_NODE_ANNOTATION,)),
+            pool_node_projection,
             label_selector=node_selector or None,
+            keep=lambda node: serves(node.name),
         )
         self.twins: Informer[TwinIntent] = Informer(
-            client, NODETWINS, twin_projection(field_manager)
+            client, NODETWINS, twin_projection(field_manager), keep=lambda twin: serves(twin.name)
         )
         self.hardware: Informer[OwnedObject] = Informer(
-            client, NODEHARDWARES, owned_projection(field_manager)
+            client,
+            NODEHARDWARES,
+            owned_projection(field_manager),
+            keep=lambda record: serves(record.name),
         )
         self.informers: list[Informer[Any]] = [self.nodes, self.twins, self.hardware]
         self.nodes.add_handlers(

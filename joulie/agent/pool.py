@@ -27,9 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
+from pydantic import BaseModel
 
 from joulie.agent.board_intents import BoardIntent, board_intents
 from joulie.agent.cache import NODETWINS, AgentCache
@@ -49,6 +50,7 @@ from joulie.api import keys
 from joulie.api.enums import ControlResult
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import (
+    AppliedControls,
     ControlRequest,
     ControlResponse,
     CpuControl,
@@ -74,7 +76,32 @@ class Sent:
     request: ControlRequest
     boards: tuple[BoardIntent, ...] | None
     """Each board's intent, when the GPU caps were sent board by board."""
-    response: ControlResponse
+    controls: AppliedControls
+    """The controls the backend answered were in force (the rest of its answer went into the
+    twin's status and is not needed again)."""
+
+
+MAX_SHARED_FACTS = 1024
+"""Distinct summaries whose facts are kept (a fleet has a few dozen models; past this bound, a
+node's facts are built at each pass rather than held)."""
+
+
+MAX_SHARED_VALUES = 1024
+"""Distinct requests and answers kept once (past the bound, a node keeps its own)."""
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def facts_key(hardware: HardwareSummary) -> tuple[Any, ...]:
+    """What :func:`~joulie.hardware.simulated.simulated_hardware` reads of a summary: nodes equal
+    in these have equal facts (the boards' IDs are not among them)."""
+    return (
+        hardware.cpu_model,
+        hardware.sockets,
+        hardware.cpu_max_w,
+        hardware.gpu_model,
+        hardware.gpu_count,
+        hardware.gpu_max_w_per_gpu,
+    )
 
 
 def restore_request(hardware: HardwareSummary, *, governor_writes: bool) -> ControlRequest:
@@ -125,9 +152,28 @@ class PoolAgent:
         under ``classCaps`` takes the node-level cap and says why)."""
         self._sent: dict[str, Sent] = {}
         """Per node: the last request sent and the backend's answer."""
-        self._facts: dict[str, tuple[HardwareSummary, dict[str, Any]]] = {}
-        """Per node: the NodeHardware facts last built, and the summary they came from (a
-        steady pass reads the same summary for every node; it is not rebuilt each time)."""
+        self._values: dict[tuple[type[BaseModel], str], BaseModel] = {}
+        """Requests and answers shared between nodes (:meth:`_shared`)."""
+        self._facts: dict[tuple[Any, ...], dict[str, Any]] = {}
+        """The NodeHardware facts of each distinct summary (:func:`facts_key`), one read-only
+        dict shared by every node of a model: a steady pass does not rebuild them, and a
+        shard holds a handful. Kept per node with the summary they came from, they were 10.5
+        MiB of a 2,500-node replica's traced heap (3.4 KB of facts and 1.3 KB of summary
+        each)."""
+
+    def _shared(self, value: _Model) -> _Model:
+        """One copy of each distinct request and answer (read-only once stored): most nodes
+        of a model are sent the same request and answer the same controls. Each node kept its
+        own request and whole answer before, about 6 MiB of a 2,500-node replica's traced
+        heap. Those naming boards are each one node's, and are not shared (they would only
+        pile up)."""
+        key = (type(value), value.model_dump_json())
+        found = self._values.get(key)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        if len(self._values) < MAX_SHARED_VALUES:
+            self._values[key] = value
+        return value
 
     def mine(self, node: str) -> bool:
         return shard_of(node, self._shards) == self._shard
@@ -143,32 +189,33 @@ class PoolAgent:
 
     def forget_gone(self) -> None:
         existing = set(self._cache.nodes.keys())
-        for memo in (self._sent, self._facts):
-            for name in [n for n in memo if n not in existing]:
-                del memo[name]
+        for name in [n for n in self._sent if n not in existing]:
+            del self._sent[name]
 
     async def sync(self, node: str) -> None:
         """Bring one node in line; raises on failure (the caller retries it)."""
         described = self._cache.nodes.get(node)
         if not self.mine(node) or described is None or not keys.kwok_node(described.annotations):
             self._sent.pop(node, None)
-            self._facts.pop(node, None)
             return
         report = await self._backend.telemetry(node)
         await self._publish(node, report.hardware)
         await self._enforce(node, report)
 
     async def _publish(self, node: str, hardware: HardwareSummary) -> None:
-        cached = self._facts.get(node)
-        if cached is None or cached[0] != hardware:
-            cached = self._facts[node] = (hardware, simulated_hardware(hardware, self._catalog))
+        key = facts_key(hardware)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = simulated_hardware(hardware, self._catalog)
+            if len(self._facts) < MAX_SHARED_FACTS:
+                self._facts[key] = facts
         # Admission lets this agent write only NodeHardware labelled simulated, and the manager
         # believes such facts only for nodes KWOK fakes: a real node's own are out of reach.
         await publish_hardware(
             self._writer,
             node,
             self._cache.hardware.get(node),
-            cached[1],
+            facts,
             now=self._clock(),
             heartbeat=self._heartbeat,
             labels={keys.SIMULATED_LABEL: "true"},
@@ -198,13 +245,18 @@ class PoolAgent:
         if (
             last is not None
             and (last.request, last.boards) == (request, boards)
-            and last.response.controls == report.controls
+            and last.controls == report.controls
         ):
             return  # in force already, and the backend still says so
         response = await self._backend.control(node, request)
         if not planned:
             response = as_restored(response)
-        self._sent[node] = Sent(request, boards, response)
+        named_boards = request.gpu is not None and bool(request.gpu.board_caps)
+        self._sent[node] = Sent(
+            request if named_boards else self._shared(request),
+            boards,
+            response.controls if response.controls.gpu_boards else self._shared(response.controls),
+        )
         if twin is None:
             return  # nowhere to report: the twin is gone
         stored = twin.stored_control

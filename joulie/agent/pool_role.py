@@ -23,7 +23,7 @@ from joulie.agent.metrics import NODE_SYNCS, PASS_SECONDS, SERVED_NODES
 from joulie.agent.pool import PoolAgent
 from joulie.agent.pool_pods import PoolPods
 from joulie.agent.settings import AgentSettings
-from joulie.agent.sharding import ordinal
+from joulie.agent.sharding import ordinal, shard_of
 from joulie.hardware.catalog import Catalog
 from joulie.kube.client import KubeClient
 from joulie.kube.connection import RoleConnection
@@ -72,7 +72,14 @@ class PoolRole:
         if client is None:
             return
         queue: WorkQueue[str] = WorkQueue("joulie-agent")
-        cache = AgentCache(client, FIELD_MANAGER, settings.pool_node_selector, queue.add)
+        shard, shards = self._shard(), settings.pool_shards
+        cache = AgentCache(
+            client,
+            FIELD_MANAGER,
+            settings.pool_node_selector,
+            queue.add,
+            serves=lambda node: shard_of(node, shards) == shard,
+        )
         self._cache = cache
         backend = HttpBackend(
             settings.telemetry_cpu_http_endpoint,
@@ -94,8 +101,8 @@ class PoolRole:
             backend,
             Writer(client, FIELD_MANAGER, map_lists={"conditions": ("type",)}),
             Catalog.load(),
-            shard=self._shard(),
-            shards=settings.pool_shards,
+            shard=shard,
+            shards=shards,
             governor_writes=settings.governor_writes,
             heartbeat_s=settings.heartbeat_interval,
             pod_class=pods.pod_class,

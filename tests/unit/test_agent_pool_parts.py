@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joulie.agent.cache import twin_projection
-from joulie.agent.pool import as_restored, restore_request
+from joulie.agent.cache import AgentCache, pool_node_projection, twin_projection
+from joulie.agent.pool import as_restored, facts_key, restore_request
 from joulie.agent.reports import control_status
 from joulie.agent.sharding import ordinal, shard_of
+from joulie.api import keys
 from joulie.api.enums import ControlResult, DiscoveryQuality
 from joulie.api.nodehardware import NodeHardwareStatus
 from joulie.api.telemetry import AppliedControls, ControlResponse, HardwareSummary, Outcome
 from joulie.hardware.catalog import Catalog
 from joulie.hardware.simulated import simulated_hardware
+from joulie.kube.client import KubeClient
+from tests.support.builders import node, nodehardware, nodetwin
 
 CATALOG = Catalog.load()
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -136,3 +140,45 @@ def test_an_invalid_or_unmanaged_twin_is_not_put_in_force() -> None:
     good = project({"metadata": {"name": "n1"}, "spec": {"nodeName": "n1", "profile": "eco"}})
     assert good.managed
     assert not good.same_intent(retired)
+
+
+def test_a_replica_holds_only_the_objects_of_its_shard() -> None:
+    def mine(name: str) -> bool:
+        return shard_of(name, 2) == 0
+
+    cache = AgentCache(
+        cast(KubeClient, object()), "joulie-agent", "", lambda _node: None, serves=mine
+    )
+    names = [f"kwok-node-{i}" for i in range(40)]
+    for i, name in enumerate(names):
+        kwok = {keys.KWOK_NODE_ANNOTATION: keys.KWOK_NODE_VALUE}
+        cache.nodes._apply({"type": "ADDED", "object": node(name, rv=i + 1, annotations=kwok)})
+        cache.twins._apply({"type": "ADDED", "object": nodetwin(name)})
+        cache.hardware._apply({"type": "ADDED", "object": nodehardware(name, rv=i + 1)})
+    served = sorted(n for n in names if mine(n))
+    assert 0 < len(served) < len(names)
+    for informer in (cache.nodes, cache.twins, cache.hardware):
+        assert sorted(informer.keys()) == served
+
+
+def test_a_pool_node_keeps_its_name_and_whether_kwok_fakes_it() -> None:
+    kwok = {keys.KWOK_NODE_ANNOTATION: keys.KWOK_NODE_VALUE, "other": "x"}
+    a = pool_node_projection(node("a", rv=1, labels={"big": "label"}, annotations=kwok))
+    b = pool_node_projection(node("b", rv=1, annotations=kwok))
+    real = pool_node_projection(node("c", rv=1))
+    assert (a.name, keys.kwok_node(a.annotations), keys.kwok_node(real.annotations)) == (
+        "a",
+        True,
+        False,
+    )
+    assert dict(a.annotations) == {keys.KWOK_NODE_ANNOTATION: keys.KWOK_NODE_VALUE}
+    assert a.annotations is b.annotations  # one mapping for every KWOK node
+
+
+def test_facts_are_shared_by_what_they_are_built_from() -> None:
+    # The pool builds a model's facts once for all its nodes: they must not depend on anything
+    # outside the key (the boards' IDs differ on every node).
+    named = GPU_NODE.model_copy(update={"gpu_ids": ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]})
+    assert facts_key(named) == facts_key(GPU_NODE)
+    assert simulated_hardware(named, CATALOG) == simulated_hardware(GPU_NODE, CATALOG)
+    assert facts_key(GPU_NODE.model_copy(update={"gpu_count": 8})) != facts_key(GPU_NODE)
