@@ -23,9 +23,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
-FRAMES = 4
+FRAMES = int(os.environ.get("BENCH_TRACE_FRAMES", "4"))
 """Frames kept per allocation: enough to name the caller of a library function (``json``'s
-decoder, ``copy``) that allocated for a Joulie module."""
+decoder, ``copy``) that allocated for a Joulie module. Each frame slows tracing further; with
+4 on a busy 2-core machine the in-process manager missed its lease renewals, so
+``BENCH_TRACE_FRAMES=1`` trades the callers for speed."""
 
 
 def start() -> None:
