@@ -213,6 +213,33 @@ class ScoreTable:
             self._rows_of.appendleft((names, self._layout, rows))
         return rows
 
+    def checked_rows(self, names: Sequence[Any]) -> npt.NDArray[np.intp] | None:
+        """:meth:`rows` of a list as it arrived, when every name is a non-empty str given once;
+        None when one is not, or when the table cannot tell (it holds an empty name).
+
+        Names it holds are told apart by their rows, so only the names it does not hold are
+        checked one by one: a request's list need not go into a set of its own first
+        (bench.prioritize, 5,000 new names: 0.3-0.45 ms less per request). A tuple's rows are
+        kept as :meth:`rows` keeps them, for the scores asked next."""
+        if "" in self._index:
+            return None
+        try:
+            rows = self.rows(names)
+        except TypeError:  # an unhashable item
+            return None
+        known = rows[rows != 0]
+        if known.size and int(np.bincount(known).max()) > 1:
+            return None
+        unknown = np.flatnonzero(rows == 0).tolist()
+        if unknown:
+            others = [names[i] for i in unknown]
+            if not all(type(name) is str for name in others):
+                return None
+            distinct = set(others)
+            if "" in distinct or len(distinct) != len(others):
+                return None
+        return rows
+
     def filter_reasons(self, names: Sequence[str]) -> list[str | None]:
         """:func:`filter_reason` of a performance pod for each named node by its twin class alone
         (None where the table holds no class that keeps it off)."""

@@ -70,6 +70,9 @@ class CachePlacement:
             return [NEUTRAL_PRIORITY] * len(nodes)
         return self.cache.table.priority_array(pod_demand(pod), nodes)
 
+    def names_distinct(self, nodes: tuple[Any, ...]) -> bool:
+        return self.cache.table.checked_rows(nodes) is not None
+
     def preempt(self, pod: Mapping[str, Any], candidates: Sequence[Candidate]) -> list[Candidate]:
         nodes = [c.node for c in candidates]
         refused = dict(zip(nodes, self.cache.table.filter_reasons(nodes), strict=True))

@@ -40,6 +40,9 @@ class _Unsynced:
     def prioritize(self, pod: Any, nodes: Any) -> list[int]:
         return [NEUTRAL_PRIORITY] * len(nodes)
 
+    def names_distinct(self, nodes: Any) -> bool:
+        return False
+
     def preempt(self, pod: Any, candidates: Any) -> list[Candidate]:
         return list(candidates)
 
@@ -63,6 +66,9 @@ class _Switch:
     def prioritize(self, pod: Any, nodes: Any) -> Scores:
         result: Scores = self.current.prioritize(pod, nodes)
         return result
+
+    def names_distinct(self, nodes: Any) -> bool:
+        return bool(self.current.names_distinct(nodes))
 
     def preempt(self, pod: Any, candidates: Any) -> list[Candidate]:
         result: list[Candidate] = self.current.preempt(pod, candidates)

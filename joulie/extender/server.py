@@ -80,6 +80,12 @@ class Placement(Protocol):
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> wire.Scores:
         """A score from 0 to 10 for each node, in the order of ``nodes``."""
 
+    def names_distinct(self, nodes: tuple[Any, ...]) -> bool:
+        """Whether every item of a prioritize call's NodeNames is a non-empty string given
+        once, told from the placement's own lookup of the names, which the prioritize call
+        that follows may then reuse (for the same tuple). False when it cannot tell: the
+        server then checks the names itself."""
+
     def preempt(
         self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
     ) -> Sequence[Candidate]:
@@ -239,11 +245,21 @@ def extender_app(
             return Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
         return Answer(200, body, decided(Verb.FILTER, started, count), count)
 
+    def names_distinct(nodes: tuple[Any, ...]) -> bool:
+        try:
+            return placement.names_distinct(nodes) is True
+        except Exception as exc:  # the server checks the names itself
+            failures.internal(Verb.PRIORITIZE.value, exc, nodes=len(nodes))
+            return False
+
     async def prioritize(request: web.Request, started: float) -> Answer:
         async with intake.turn(started):
             body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                return prioritize_answer(await intake.parse(body, Verb.PRIORITIZE), started)
+                # The names are looked up to be scored: the lookup checks them too (filter
+                # needs no lookup for a standard pod, so its names go into a set instead).
+                args = await intake.parse(body, Verb.PRIORITIZE, names_distinct)
+                return prioritize_answer(args, started)
 
     def prioritize_answer(args: wire.ExtenderArgs, started: float) -> Answer:
         count = len(args.names)

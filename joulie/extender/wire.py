@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import compress
@@ -188,7 +188,15 @@ def _split(body: bytes) -> tuple[bytes, bytes] | None:
     return body[:at] + b"}", body[at + len(_NAMES_MEMBER) - 1 : -1]
 
 
-def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
+NamesCheck = Callable[[tuple[Any, ...]], bool]
+"""Whether every item of a NodeNames array is a non-empty str given once, as someone who looks
+the names up anyway can tell (:meth:`joulie.core.score_table.ScoreTable.checked_rows`); False
+when it cannot say so, and then the names are checked here."""
+
+
+def _quick_names(
+    body: bytes, lists: NameLists, distinct: NamesCheck | None = None
+) -> tuple[Any, NameList] | None:
     """The body's top-level object and its NodeNames, read in two parts and the names from
     ``lists`` when it holds them; None when the body does not split (then it is read whole)."""
     parts = _split(body)
@@ -205,7 +213,7 @@ def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
         if not isinstance(value, list):
             return None
         try:
-            names = _names(value)
+            names = _names(value, distinct)
         except WireError:
             return None  # read whole, so the reason is the one the whole body gives
         # Without a backslash no quote can be inside a name, so printable ASCII and quotes
@@ -215,17 +223,22 @@ def _quick_names(body: bytes, lists: NameLists) -> tuple[Any, NameList] | None:
     return top, listed
 
 
-def parse_args(body: bytes, lists: NameLists | None = None) -> ExtenderArgs:
+def parse_args(
+    body: bytes, lists: NameLists | None = None, distinct: NamesCheck | None = None
+) -> ExtenderArgs:
     """Read an ExtenderArgs body (filter and prioritize send the same); WireError if malformed.
-    ``lists`` spares decoding and checking a NodeNames array read before."""
-    quick = _quick_names(body, lists) if lists is not None else None
+    ``lists`` spares decoding and checking a NodeNames array read before; ``distinct`` checks a
+    new one (else a set of the names does)."""
+    quick = _quick_names(body, lists, distinct) if lists is not None else None
     if quick is not None:
         top, listed = quick
         return _args(top, listed)
-    return _args(as_object(decode(body), "the body"), None)
+    return _args(as_object(decode(body), "the body"), None, distinct)
 
 
-def _args(top: Mapping[str, Any], listed: NameList | None) -> ExtenderArgs:
+def _args(
+    top: Mapping[str, Any], listed: NameList | None, distinct: NamesCheck | None = None
+) -> ExtenderArgs:
     pod = go_field(top, "Pod")
     if pod is ABSENT or pod is None:
         raise WireError("no Pod in the body")
@@ -242,7 +255,7 @@ def _args(top: Mapping[str, Any], listed: NameList | None) -> ExtenderArgs:
     if listed is not None:
         return ExtenderArgs(pod, NodeForm.NAMES, listed.names, (), listed.json, listed.plain)
     if has_names:
-        return ExtenderArgs(pod, NodeForm.NAMES, _names(names))
+        return ExtenderArgs(pod, NodeForm.NAMES, _names(names, distinct))
     if has_items:
         nodes = _nodes(items)
         return ExtenderArgs(pod, NodeForm.NODES, tuple(n.name for n in nodes), nodes)
@@ -254,11 +267,16 @@ def parse_pod(body: bytes) -> Mapping[str, Any]:
     return as_object(decode(body), "the body")
 
 
-def _names(value: Any) -> tuple[str, ...]:
-    """The names of a NodeNames array, checked: strings, none empty, none twice."""
+def _names(value: Any, distinct: NamesCheck | None = None) -> tuple[str, ...]:
+    """The names of a NodeNames array, checked: strings, none empty, none twice (by
+    ``distinct`` when it can tell)."""
     if not isinstance(value, list):
         raise WireError(f"NodeNames is {type_name(value)}, not an array")
     _not_too_many(len(value), "NodeNames")
+    if distinct is not None:
+        listed = tuple(value)
+        if distinct(listed):
+            return listed
     # The common case checked in C (thousands of names per call); the loop below finds and
     # names the first problem otherwise.
     if set(map(type, value)) <= {str}:

@@ -59,6 +59,10 @@ class FakePlacement:
     answer: Any = None
     hook: Callable[[], None] = lambda: None
     calls: list[str] = field(default_factory=list)
+    checked: list[tuple[Any, ...]] = field(default_factory=list)
+    """The name lists names_distinct was asked about (not in ``calls``: a check, not a verb)."""
+    distinct: Callable[[tuple[Any, ...]], bool] | None = None
+    """names_distinct's answer (None: a set of the names decides, as a lookup would)."""
 
     def ready(self) -> bool:
         return self.is_ready
@@ -91,6 +95,16 @@ class FakePlacement:
         if self.answer is not None:
             return self.answer  # type: ignore[no-any-return]
         return [len(n) % 11 for n in nodes]
+
+    def names_distinct(self, nodes: tuple[Any, ...]) -> bool:
+        self.checked.append(nodes)
+        if self.distinct is not None:
+            return self.distinct(nodes)
+        try:
+            unique = set(nodes)
+        except TypeError:
+            return False
+        return all(type(n) is str and n for n in unique) and len(unique) == len(nodes)
 
     def preempt(
         self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
@@ -211,6 +225,71 @@ async def test_a_placement_that_keeps_every_node_passes_them_all(served: Served)
     )
 
 
+def go_body(names: list[Any]) -> str:
+    """A NodeNames-form body as Go writes it (compact, NodeNames last)."""
+    return json.dumps({"Pod": {}, "Nodes": None, "NodeNames": names}, separators=(",", ":"))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("names", "reason"),
+    [
+        (["a", "b", "a"], "NodeNames lists node 'a' more than once"),
+        (["a", ""], "NodeNames[1] is empty"),
+        (["a", 1], "NodeNames[1] is a number, not a string"),
+        (["a", ["b"]], "NodeNames[1] is an array, not a string"),
+        (["a", None, None], "NodeNames[1] is null, not a string"),
+    ],
+)
+@pytest.mark.parametrize("says", ["not distinct", "fails", "the set decides"])
+async def test_prioritize_names_are_checked_whatever_the_placement_says_of_them(
+    served: Served, names: list[Any], reason: str, says: str
+) -> None:
+    # Prioritize asks the placement, which looks the names up anyway, whether they are
+    # distinct; when it cannot tell (or fails), the names are checked as filter checks them.
+    # Either way a list kube-scheduler could not have sent is refused with its reason.
+    served.placement.distinct = {
+        "not distinct": lambda nodes: False,  # as a placement that cannot tell answers too
+        "fails": lambda nodes: 1 / 0 > 0,
+        "the set decides": None,
+    }[says]
+    padded = [*names, *(f"node-{i:04d}" for i in range(300))]  # long enough to be remembered
+    body = go_body(padded)
+    status, text = await served.post("/prioritize", body)
+    assert (status, served.placement.calls) == (400, [])
+    assert reason in text
+    assert served.placement.checked  # asked (again when the body is read whole for the reason)
+    # The same body is refused again (a refused list is never remembered as checked).
+    status, text = await served.post("/prioritize", body)
+    assert status == 400
+    assert reason in text
+
+
+@pytest.mark.asyncio
+async def test_prioritize_asks_the_placement_to_check_new_names_and_filter_does_not(
+    served: Served,
+) -> None:
+    names = [f"node-{i:04d}" for i in range(300)]
+    body = go_body(names)
+    status, answer = await served.post("/filter", body)
+    assert (status, answer["NodeNames"], served.placement.checked) == (200, names, [])
+    for i in range(2):
+        listed = names[i:] + names[:i]
+        body = go_body(listed)
+        status, answer = await served.post("/prioritize", body)
+        assert status == 200
+        assert [e["Host"] for e in answer] == listed
+        assert [e["Score"] for e in answer] == [len(n) % 11 for n in listed]
+    # The first list came from the filter, already checked; the second is new.
+    assert served.placement.checked == [tuple(names[1:] + names[:1])]
+    # A placement that fails to check them: the server checks them and answers.
+    served.placement.distinct = lambda nodes: 1 / 0 > 0
+    listed = names[2:] + names[:2]
+    body = go_body(listed)
+    status, answer = await served.post("/prioritize", body)
+    assert (status, [e["Host"] for e in answer]) == (200, listed)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("raw", "reason"),
@@ -279,14 +358,19 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
     # A million names were read on the event loop: /healthz went unanswered for 4 s.
     started, release = threading.Event(), threading.Event()
     released: list[bool] = []
+    checked: list[wire.NamesCheck | None] = []
     real = wire.parse_args
 
-    def slow_parse(body: bytes, lists: wire.NameLists | None = None) -> wire.ExtenderArgs:
+    def slow_parse(
+        body: bytes, lists: wire.NameLists | None = None, distinct: wire.NamesCheck | None = None
+    ) -> wire.ExtenderArgs:
         started.set()
         # A long reading, until the loop has shown it is free (on the loop itself, nothing
         # could release it: the wait would run out).
         released.append(release.wait(5))
-        return real(body, lists)
+        # The placement's state is the loop's: a body read on a thread goes unchecked by it.
+        checked.append(distinct)
+        return real(body, lists, distinct)
 
     monkeypatch.setattr(wire, "parse_args", slow_parse)
     client = await start(FakePlacement(eco=frozenset()))
@@ -302,6 +386,10 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
             assert response.status == 200
             assert len((await response.json())["NodeNames"]) == 80_000
         assert released == [True]
+        async with client.post("/prioritize", data=body) as response:
+            assert response.status == 200
+            assert len(await response.json()) == 80_000
+        assert checked == [None, None]
     finally:
         release.set()
         await client.close()
@@ -413,9 +501,11 @@ async def test_time_spent_before_deciding_passes_every_node_without_asking(
 ) -> None:
     parse = wire.parse_args
 
-    def slow_parse(body: bytes, lists: wire.NameLists | None = None) -> wire.ExtenderArgs:
+    def slow_parse(
+        body: bytes, lists: wire.NameLists | None = None, distinct: wire.NamesCheck | None = None
+    ) -> wire.ExtenderArgs:
         served.clock.t += 2.5  # past the 2s default
-        return parse(body, lists)
+        return parse(body, lists, distinct)
 
     monkeypatch.setattr(wire, "parse_args", slow_parse)
     before = count("filter", "timeout"), count("prioritize", "timeout")

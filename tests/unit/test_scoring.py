@@ -523,6 +523,39 @@ def test_priorities_follow_every_change_of_the_terms() -> None:
     check()
 
 
+@pytest.mark.parametrize(
+    ("names", "checked"),
+    [
+        (["a", "b", "zz", "yy"], True),
+        ([], True),
+        (["a"], True),
+        (["zz"], True),
+        (["a", "b", "a"], False),  # a name it holds, twice
+        (["zz", "a", "zz"], False),  # a name it does not hold, twice
+        (["a", ""], False),
+        (["a", 1], False),
+        (["a", None], False),
+        (["a", ["b"]], False),  # unhashable
+        (["a", 1.0, True], False),
+    ],
+)
+def test_checked_rows_are_the_rows_of_distinct_non_empty_names(
+    names: list[Any], checked: bool
+) -> None:
+    table = ScoreTable(capacity=2)
+    for name in "abcd":
+        table.set(name, terms(50, cls=PERF))
+    asked = tuple(_copy(n) if isinstance(n, str) else n for n in names)
+    rows = table.checked_rows(asked)
+    assert (rows is not None) == checked
+    if rows is not None:
+        assert rows.tolist() == table.rows(list(asked)).tolist()
+        assert table.rows(asked) is rows  # kept for the scores asked next
+    # A table that holds an empty name cannot tell.
+    table.set("", terms(50, cls=PERF))
+    assert table.checked_rows(("a", "b")) is None
+
+
 def test_names_with_any_characters_are_looked_up() -> None:
     table = ScoreTable()
     names = ["a\x00b", "a", "\x00", "b\x00\x00", "\u00e9t\u00e9"]
