@@ -65,19 +65,21 @@ def hardware(change: Callable[[dict[str, Any]], object] | None = None) -> NodeHa
 SPEC_HW = hardware()
 
 
+INTENT_DEFAULTS: dict[str, Any] = {
+    "planned_profile": Profile.ECO,
+    "active_perf_pods": 0,
+    "gpu_count": 8,
+    "hardware": SPEC_HW,
+    "labels": {},
+    "catalog_gpu_range": None,
+    "running_pod_max_gpus": 0,
+    "policy_name": POLICY,
+}
+
+
 def intent(**overrides: Any) -> NodeIntent:
     """node_twin_spec for the spec's GPU node with defaults, checking the output is a valid spec."""
-    args: dict[str, Any] = {
-        "planned_profile": Profile.ECO,
-        "active_perf_pods": 0,
-        "gpu_count": 8,
-        "hardware": SPEC_HW,
-        "labels": {},
-        "catalog_gpu_range": None,
-        "running_pod_max_gpus": 0,
-        "policy_name": POLICY,
-        "config": IntentConfig(),
-    }
+    args: dict[str, Any] = {**INTENT_DEFAULTS, "config": IntentConfig()}
     args.update(overrides)
     result = node_twin_spec(NODE, **args)
     wire = result.spec.to_wire()
@@ -854,3 +856,18 @@ def test_class_caps_may_cap_the_node_cpu_while_every_pod_on_it_is_standard() -> 
         planned_profile=Profile.PERFORMANCE, class_caps=rule, active_perf_pods=1
     )
     assert wire(with_performance)["cpu"]["packagePowerCapPctOfMax"] == 100
+
+
+def test_alike_nodes_share_their_spec_parts_and_keep_their_own_names() -> None:
+    config = IntentConfig()
+    a = intent(config=config)
+    b = node_twin_spec("other-node", **{**INTENT_DEFAULTS, "config": config})
+    assert a.spec.cpu is b.spec.cpu
+    assert a.spec.gpu is b.spec.gpu
+    assert a.spec.policy is b.spec.policy
+    assert (a.spec.node_name, b.spec.node_name) == (NODE, "other-node")
+    # Other inputs, other parts; and equal hardware from another report gives equal values.
+    performance = intent(config=config, planned_profile=Profile.PERFORMANCE)
+    assert performance.spec.gpu != a.spec.gpu
+    again = intent(config=config, hardware=hardware())
+    assert again.spec == a.spec
