@@ -10,7 +10,6 @@ that keeps full collections over the informers' caches out of the roles' work
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import resource
 import signal
 from collections.abc import Callable, Iterable, Sequence
@@ -209,10 +208,16 @@ def run(
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> int:
     """Run ``serve`` on uvloop when it is available, else on the standard event loop."""
-    if loop_factory is None:
-        with contextlib.suppress(ImportError):
-            import uvloop
-
-            loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory or event_loop_factory()) as runner:
         return runner.run(serve(roles, settings))
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop every role runs on: uvloop when it is installed (None: asyncio's own).
+    Benchmarks run a role on the same one, or their figures are not the process's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
