@@ -24,6 +24,10 @@ class K8sModel(BaseModel):
         serialize_by_alias=True,
         extra="allow",
         use_attribute_docstrings=True,
+        # Validators and serializers are built on a model's first use: a role uses a few of
+        # the API's models, and building all of them at import cost about 1 MiB of RSS
+        # (ru_maxrss after importing a role: manager 73.2 -> 72.5 MiB).
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:
