@@ -396,15 +396,34 @@ class Informer(Generic[T]):
             self._resource_version = rv
 
     def _replace(self, fresh: dict[str, T]) -> None:
-        for key in [k for k in self._store if k not in fresh]:
-            self._remove(key)
-        for key, obj in fresh.items():
-            self._put(key, obj)
+        if not self._store:
+            self._adopt(fresh)
+        else:
+            for key in [k for k in self._store if k not in fresh]:
+                self._remove(key)
+            for key, obj in fresh.items():
+                self._put(key, obj)
         for listener in list(_list_listeners):
             try:
                 listener(self.resource, len(self._store))
             except Exception:  # a listener's bug must not stop the informer
                 self._log.exception("list listener failed")
+
+    def _adopt(self, fresh: dict[str, T]) -> None:
+        """An empty store takes the listed objects as they are: copying them into it one by one
+        held two dicts of every object at the peak of a first sync (100,000 pods: about 5 MiB
+        more at the manager's highest RSS). Handlers are told of each once every object is
+        stored and indexed, so what they look up is whole."""
+        self._store = fresh
+        for key, obj in fresh.items():
+            for name, indexer in self._indexers.items():
+                for value in indexer(obj):
+                    self._indexes[name][value][key] = None
+        adds = [h.on_add for h in self._handlers if h.on_add]
+        if adds:
+            for obj in fresh.values():
+                for on_add in adds:
+                    on_add(obj)
 
     def _put(self, key: str, obj: T) -> None:
         old = self._store.get(key)
