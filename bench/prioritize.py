@@ -51,7 +51,7 @@ from aiohttp import StreamReader, web
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from joulie.api import keys
+from bench.extender import go_json, pods
 from joulie.core.score_table import ScoreTable
 from joulie.extender import wire
 from joulie.extender.cache import ExtenderCache, hardware_view, twin_view, view_terms
@@ -59,7 +59,6 @@ from joulie.extender.placement import CachePlacement
 from joulie.extender.server import extender_app
 from joulie.extender.settings import ExtenderSettings
 
-POD = Path(__file__).resolve().parents[1] / "tests/data/extender/pod.json"
 GROUPS = (
     # name, logical CPUs, watts per socket, share of the nodes
     ("cpu-std", 128, 280.0, 0.6),
@@ -134,20 +133,6 @@ def build_placement(count: int, seed: int) -> tuple[CachePlacement, list[str]]:
         cache.table.set(twin_v.name, view_terms(twin_v, hardware_v))
     names = [name for name, *_ in nodes(count)]
     return CachePlacement(cast(ExtenderCache, cache)), names
-
-
-def pods() -> dict[str, dict[str, Any]]:
-    """The test data's pending Job pod (4 CPUs, 16 GiB, a GPU) in both workload classes."""
-    performance = json.loads(POD.read_text())
-    standard = json.loads(POD.read_text())
-    standard["metadata"]["annotations"][keys.WORKLOAD_CLASS_ANNOTATION] = "standard"
-    return {"standard": standard, "performance": performance}
-
-
-def go_json(value: Any) -> bytes:
-    """Compact JSON with the HTML escapes Go's encoder writes (as kube-scheduler sends it)."""
-    text = json.dumps(value, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
 
 
 class _Body:
