@@ -51,13 +51,6 @@ def _asks_for_gpus(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-PAGE_SIZE = 100
-"""Pods per list page: every running pod of the cluster is listed to keep a few, and a smaller
-page is a smaller peak while each is decoded. At 100,000 running pods, 500 a page put a
-replica's peak RSS at 111.1 / 112.8 MiB in ``bench.agent_pool``, 100 a page at 99.8 / 97.7 MiB
-(two runs; CPU per steady pass unchanged within the machine's noise)."""
-
-
 class PoolPods(InformerBundle):
     def __init__(
         self,
@@ -75,7 +68,6 @@ class PoolPods(InformerBundle):
             pod_class_projection,
             field_selector="status.phase=Running",
             keep=lambda pod: bool(pod.node) and serves(pod.node),
-            page_size=PAGE_SIZE,
             idle_timeout=idle_timeout,
         )
         super().__init__(self.pods)

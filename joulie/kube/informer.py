@@ -93,6 +93,13 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+PAGE_SIZE = 100
+"""Objects per list page. Each page is decoded whole before it is projected, so its size is the
+peak a list adds: at 100,000 pods, 100 a page instead of client-go's 500 took a pool agent's
+peak RSS from 111.1 / 112.8 to 99.8 / 97.7 MiB (bench.agent_pool, two runs) for 1,000 requests
+instead of 200 at sync."""
+
+
 class Informer(Generic[T]):
     """One kind of object from one API collection path, e.g. ``/api/v1/pods``."""
 
@@ -108,7 +115,7 @@ class Informer(Generic[T]):
         metadata_only: bool = False,
         keep: Callable[[T], bool] | None = None,
         indexers: Mapping[str, Indexer[T]] | None = None,
-        page_size: int = 500,
+        page_size: int = PAGE_SIZE,
         watch_timeout: tuple[int, int] = (300, 600),
         idle_timeout: float = 90.0,
         backoff: Backoff | None = None,
