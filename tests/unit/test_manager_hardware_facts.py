@@ -60,3 +60,16 @@ def test_an_invalid_status_is_a_problem_and_shares_nothing() -> None:
     assert parsed is not None
     assert parsed.cpu is not None
     assert parsed.cpu.model == "Something Else"
+
+
+def test_a_status_with_fields_beyond_the_blocks_keeps_them_and_is_not_shared() -> None:
+    plain = hardware_facts(nodehardware("p", status=STATUS)).status
+    newer = hardware_facts(
+        nodehardware("n", status={**copy.deepcopy(STATUS), "thermalZones": 4})
+    ).status
+    assert plain is not None
+    assert newer is not None
+    assert newer is not plain
+    assert newer.cpu is plain.cpu  # the blocks are still shared
+    assert newer.model_extra == {"thermalZones": 4}
+    assert not plain.model_extra
