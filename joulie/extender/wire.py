@@ -502,9 +502,27 @@ def _score_array(names: Sequence[str], scores: Scores) -> npt.NDArray[np.intp]:
 
 
 def prioritize_response(names: Sequence[str], scores: Scores, plain: bool | None = None) -> bytes:
-    """A HostPriorityList: a bare array of {"Host", "Score"}, integer scores 0..10. ``plain``
-    says whether every name is written in JSON as itself (None: find out)."""
+    """A HostPriorityList: a bare array of {"Host", "Score"}, integer scores 0..10, that ranks
+    the nodes as ``scores`` do, naming only the nodes scored above the lowest score, each by how
+    much. ``plain`` says whether every name is written in JSON as itself (None: find out).
+
+    kube-scheduler adds each listed score, times the extender's weight, to the node's total and
+    adds nothing for a node the answer leaves out (prioritizeNodes, kube-scheduler 1.37), so
+    taking the same amount off every node changes no ranking. The lowest score is that amount:
+    the answer stays in 0..10 and leaves the nodes at the lowest score out, often most of them
+    (every node, when all score alike: ``[]``, as for the neutral answer). kube-scheduler then
+    decodes, allocates and adds up only the others, in the serial part of its scheduling cycle.
+    One thing differs for a left-out node: kube-scheduler draws a random tie-breaker only for
+    nodes an extender listed, so nodes tied in total and left out are taken in its own order, as
+    they are without an extender."""
     values = _score_array(names, scores)
+    if len(values):
+        lowest = values.min()
+        above = values > lowest
+        if not above.all():
+            names = list(compress(names, above.tolist()))
+            values = values[above]
+        values = values - lowest
     if plain is None:
         plain = _plain(names)
     if not (names and plain):

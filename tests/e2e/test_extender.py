@@ -356,7 +356,7 @@ def test_scores_go_neutral_when_the_manager_is_gone(
         names = sorted(nodes)
         body = {"Pod": pod("probe", performance=False), "Nodes": None, "NodeNames": names}
         answer = httpx.post(f"{extender.url}/prioritize", content=json.dumps(body), timeout=5)
-        assert {entry["Score"] for entry in answer.json()} == {5}
+        assert answer.json() == []  # every node alike (neutral): nothing to add
     finally:
         manager.start()
         wait_until(manager.ready, 60, "the manager back")

@@ -28,16 +28,21 @@ from structlog.testing import capture_logs
 
 from hack.cluster.pki import create_pki
 from joulie.core.preemption_candidates import Candidate
-from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender import intake, wire
 from joulie.extender.server import Placement, TlsError, extender_app, serve, tls_context
 from joulie.extender.settings import ExtenderSettings
+from tests.support.host_priorities import above_lowest
 from tests.support.waiting import eventually
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "extender"
 NAMES_BODY = (DATA / "args-node-names.json").read_bytes()
 NODES_BODY = (DATA / "args-nodes.json").read_bytes()
 ALL = ["cpu-a-01", "gpu-h-07", "gpu-h-08"]
+
+
+def fake_score(node: str) -> int:
+    """The fake placement's score of a node: 7, 2 and 3 for ALL."""
+    return sum(map(ord, node)) % 11
 
 
 class Clock:
@@ -94,7 +99,7 @@ class FakePlacement:
         self._call("prioritize")
         if self.answer is not None:
             return self.answer  # type: ignore[no-any-return]
-        return [len(n) % 11 for n in nodes]
+        return [fake_score(n) for n in nodes]
 
     def names_distinct(self, nodes: tuple[Any, ...]) -> bool:
         self.checked.append(nodes)
@@ -205,11 +210,12 @@ async def test_filter_in_the_nodes_form_reads_labels_and_echoes_the_survivors(
 
 
 @pytest.mark.asyncio
-async def test_prioritize_answers_every_node_in_order(served: Served) -> None:
+async def test_prioritize_answers_the_nodes_above_the_lowest_in_order(served: Served) -> None:
     for raw in (NAMES_BODY, NODES_BODY):
         status, answer = await served.post("/prioritize", raw)
         assert status == 200
-        assert answer == [{"Host": n, "Score": len(n) % 11} for n in ALL]
+        assert answer == above_lowest(ALL, [fake_score(n) for n in ALL])
+        assert [e["Host"] for e in answer] == ["cpu-a-01", "gpu-h-08"]
 
 
 @pytest.mark.asyncio
@@ -278,8 +284,7 @@ async def test_prioritize_asks_the_placement_to_check_new_names_and_filter_does_
         body = go_body(listed)
         status, answer = await served.post("/prioritize", body)
         assert status == 200
-        assert [e["Host"] for e in answer] == listed
-        assert [e["Score"] for e in answer] == [len(n) % 11 for n in listed]
+        assert answer == above_lowest(listed, [fake_score(n) for n in listed])
     # The first list came from the filter, already checked; the second is new.
     assert served.placement.checked == [tuple(names[1:] + names[:1])]
     # A placement that fails to check them: the server checks them and answers.
@@ -287,7 +292,7 @@ async def test_prioritize_asks_the_placement_to_check_new_names_and_filter_does_
     listed = names[2:] + names[:2]
     body = go_body(listed)
     status, answer = await served.post("/prioritize", body)
-    assert (status, [e["Host"] for e in answer]) == (200, listed)
+    assert (status, answer) == (200, above_lowest(listed, [fake_score(n) for n in listed]))
 
 
 @pytest.mark.asyncio
@@ -388,7 +393,8 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
         assert released == [True]
         async with client.post("/prioritize", data=body) as response:
             assert response.status == 200
-            assert len(await response.json()) == 80_000
+            answer = await response.json()
+            assert answer == above_lowest(names, [fake_score(n) for n in names])
         assert checked == [None, None]
     finally:
         release.set()
@@ -441,7 +447,7 @@ async def test_a_failing_placement_passes_every_node_and_scores_all_alike(
             status, answer = await served.post("/filter", NAMES_BODY)
             assert (status, answer["NodeNames"], answer["Error"]) == (200, ALL, "")
             status, scores = await served.post("/prioritize", NODES_BODY)
-            assert (status, {s["Score"] for s in scores}) == (200, {NEUTRAL_PRIORITY})
+            assert (status, scores) == (200, [])  # all alike: nothing to add
     assert count("filter", "internal_error") == before[0] + 3
     assert count("prioritize", "internal_error") == before[1] + 3
     # One line per distinct failure, not one per request.
@@ -475,7 +481,7 @@ async def test_an_answer_outside_the_contract_is_not_passed_on(
     if verb == "filter":
         assert body["NodeNames"] == ALL
     else:
-        assert [s["Score"] for s in body] == [NEUTRAL_PRIORITY] * 3
+        assert body == []  # every node alike (neutral): nothing to add
 
 
 @pytest.mark.asyncio
@@ -512,7 +518,7 @@ async def test_time_spent_before_deciding_passes_every_node_without_asking(
     _, answer = await served.post("/filter", NAMES_BODY)
     assert (answer["NodeNames"], answer["FailedNodes"]) == (ALL, {})
     _, scores = await served.post("/prioritize", NAMES_BODY)
-    assert [s["Score"] for s in scores] == [NEUTRAL_PRIORITY] * 3
+    assert scores == []  # every node alike (neutral): nothing to add
     assert served.placement.calls == []
     assert (count("filter", "timeout"), count("prioritize", "timeout")) == (
         before[0] + 1,

@@ -27,6 +27,7 @@ from joulie.extender.wire import (
     prioritize_response,
 )
 from joulie.extender.wire_preempt import parse_preemption_args, preemption_response
+from tests.support.host_priorities import above_lowest, as_scheduler_adds
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "extender"
 FILTER_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -105,14 +106,25 @@ def test_both_forms_round_trip(name: str) -> None:
 
 
 def test_prioritize_answers_a_bare_host_priority_list() -> None:
-    assert prioritize_response(["myhost"], [1]) == b'[{"Host":"myhost","Score":1}]'
-    out = json.loads(prioritize_response(["a", "b", "c"], [0, 10, 7]))
-    assert out == [
-        {"Host": "a", "Score": 0},
-        {"Host": "b", "Score": 10},
-        {"Host": "c", "Score": 7},
-    ]
+    assert prioritize_response(["a", "myhost"], [0, 1]) == b'[{"Host":"myhost","Score":1}]'
+    out = json.loads(prioritize_response(["a", "b", "c", "d"], [2, 10, 7, 2]))
+    assert out == [{"Host": "b", "Score": 8}, {"Host": "c", "Score": 5}]
     assert all(type(entry["Score"]) is int for entry in out)
+    # Nodes all scored alike (the neutral answer among them) leave the ranking to the others.
+    assert prioritize_response(["a", "b"], [5, 5]) == b"[]"
+    assert prioritize_response(["myhost"], [1]) == b"[]"
+    assert prioritize_response([], []) == b"[]"
+
+
+@given(st.lists(st.integers(0, 10), max_size=40))
+def test_the_answer_ranks_every_node_as_its_scores_do(scores: list[int]) -> None:
+    names = [f"node-{i}" for i in range(len(scores))]
+    added = as_scheduler_adds(names, prioritize_response(names, scores))
+    # The same amount less for every node, and never below 0.
+    assert len({score - add for score, add in zip(scores, added, strict=True)}) <= 1
+    assert all(0 <= v <= 10 for v in added)
+    if scores:
+        assert min(added) == 0
 
 
 @pytest.mark.parametrize(
@@ -269,7 +281,7 @@ def test_answers_are_byte_for_byte_what_json_dumps_writes(
     names: list[str], data: st.DataObject
 ) -> None:
     scores = data.draw(st.lists(st.integers(0, 10), min_size=len(names), max_size=len(names)))
-    expected = go([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+    expected = go(above_lowest(names, scores))
     assert prioritize_response(names, scores) == expected
     args = parse_args(go({"Pod": {}, "Nodes": None, "NodeNames": names}))
     passing = [n for n in names if data.draw(st.booleans())]
@@ -300,9 +312,7 @@ def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
     names = [f"kwok-gpu-h100-{i}" for i in range(5000)]
     args = parse_args(go({"Pod": {}, "Nodes": None, "NodeNames": names}))
     scores = [i % 11 for i in range(5000)]
-    assert prioritize_response(args.names, scores) == go(
-        [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
-    )
+    assert prioritize_response(args.names, scores) == go(above_lowest(names, scores))
     failed = dict.fromkeys(names[1000:], "joulie: performance pods are kept off eco nodes")
     assert filter_response(args, [None] * 1000 + [*failed.values()]) == go(
         {
@@ -315,7 +325,9 @@ def test_thousands_of_nodes_answer_as_json_dumps_would() -> None:
     )
     # One name JSON must escape: the whole answer takes json.dumps's way, and still agrees.
     odd = [*names[:10], 'quote"d']
-    assert prioritize_response(odd, [3] * 11) == go([{"Host": n, "Score": 3} for n in odd])
+    assert prioritize_response(odd, [2] + [3] * 10) == go(
+        [{"Host": n, "Score": 1} for n in odd[1:]]
+    )
 
 
 # --- lists read before -------------------------------------------------------------------------
