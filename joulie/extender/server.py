@@ -9,9 +9,10 @@ that time 429 (with ``ignorable: true``, kube-scheduler then goes on without
 the extender). Once the body is read, the extender answers 200 whatever happens: when the time
 limit is already spent, or the placement fails or breaks its contract, filter passes every node
 and prioritize scores every node alike, an answer that lists no node (an "Error" in a filter
-answer would fail the pod's scheduling attempt). The placement is called inline on the event loop: its work is microseconds
-to milliseconds of CPU and needs no thread. How a body is taken (one call at a time, within the
-limits, a large one read off the loop) is :mod:`joulie.extender.intake`.
+answer would fail the pod's scheduling attempt). The placement is called inline on the event
+loop: its work is microseconds to milliseconds of CPU and needs no thread. How a body is taken
+(one call at a time, within the limits, a large one read off the loop) is
+:mod:`joulie.extender.intake`.
 
 Routes:
 
