@@ -45,8 +45,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from bench.manager import percentile
 from hack.cluster.runner import (
     EXTENDER_CONFIG,
     FEATURE_GATES,
+    PLACEMENT_POLICY,
     PRIORITIZE_ONLY_CONFIG,
     LocalCluster,
     free_port,
@@ -79,6 +81,29 @@ WARMUP = 50
 LISTS = 64
 PREEMPT_CANDIDATES = 500
 """Distinct node lists per "new lists" case: more than the extender remembers."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One way kube-scheduler runs in the pods/s measurement."""
+
+    name: str
+    config: Path | None
+    """The shipped configuration whose extender entry kube-scheduler gets; None: no extender."""
+    placement_policy: bool = False
+    """manifests/placement in force while the pods are created: the performance pods carry the
+    node affinity that keeps them off eco nodes."""
+
+
+SETUPS = {
+    s.name: s
+    for s in (
+        Setup("none", None),
+        Setup("example", EXTENDER_CONFIG),
+        Setup("prioritize-only", PRIORITIZE_ONLY_CONFIG),
+        Setup("prioritize-only+placement", PRIORITIZE_ONLY_CONFIG, placement_policy=True),
+    )
+}
 
 
 # --- processes -----------------------------------------------------------------------------
@@ -532,14 +557,14 @@ class Scheduler:
         self,
         cluster: LocalCluster,
         work: Path,
-        extender_url: str | None,
-        extender_config: Path = EXTENDER_CONFIG,
+        extender_url: str,
+        setup: Setup,
     ) -> None:
         self.port = free_port()
         config = cluster.scheduler_config()
-        if extender_url is not None:
-            config["extenders"] = [manifest_extender(extender_url, extender_config)]
-        name = f"with-{configuration(extender_config)}" if extender_url else "without-extender"
+        if setup.config is not None:
+            config["extenders"] = [manifest_extender(extender_url, setup.config)]
+        name = setup.name
         path = work / f"scheduler-{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log = work / f"scheduler-{name}.log"
@@ -587,10 +612,21 @@ class Scheduler:
             self.process.wait(timeout=60)
 
 
-def configuration(path: Path) -> str:
-    """A shipped scheduler configuration's short name (``example``, ``prioritize-only``)."""
-    name = path.name.removeprefix("kube-scheduler-config.").removesuffix(".yaml")
-    return name.removesuffix(".example") if name != "example" else name
+@contextlib.contextmanager
+def placement_policy(cluster: LocalCluster) -> Iterator[None]:
+    """manifests/placement applied and in force (a performance pod's dry run gets its node
+    affinity), removed afterwards."""
+    cluster.kubectl("apply", "-k", str(PLACEMENT_POLICY))
+    try:
+        probe = small_pod(0, 1)
+        wait(
+            lambda: "affinity" in cluster.admitted("default", probe)["spec"],
+            60,
+            "the placement policy to be in force",
+        )
+        yield
+    finally:
+        cluster.kubectl("delete", "-k", str(PLACEMENT_POLICY), "--ignore-not-found")
 
 
 def histograms(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
@@ -748,44 +784,45 @@ def schedule_once(
     work: Path,
     count: int,
     performance_every: int,
-    extender_url: str | None,
-    ext: Joulie | None,
+    setup: Setup,
+    extender_url: str,
+    ext: Joulie,
     pids: Mapping[str, int],
-    extender_config: Path = EXTENDER_CONFIG,
     profile_s: float = 0.0,
 ) -> dict[str, Any]:
     """One measurement: ``count`` pods created with kube-scheduler stopped, then kube-scheduler
-    started (with the extender at ``extender_url`` or without) until all are bound. ``pids``:
-    processes whose CPU time over the binding window is reported (kube-scheduler's is added).
-    ``profile_s``: take kube-scheduler's CPU profile for that long from the first binding."""
+    started as ``setup`` says (its extender entry pointed at ``extender_url``) until all are
+    bound. ``pids``: processes whose CPU time over the binding window is reported
+    (kube-scheduler's is added). ``profile_s``: take kube-scheduler's CPU profile for that long
+    from the first binding."""
     namespace = f"bench-extender-{uuid.uuid4().hex[:6]}"
     namespace_up(cluster, namespace)
     scheduler: Scheduler | None = None
     try:
         t0 = time.monotonic()
-        cluster.create_objects(
-            f"/api/v1/namespaces/{namespace}/pods",
-            [small_pod(i, performance_every) for i in range(count)],
-            workers=8,
-        )
+        with placement_policy(cluster) if setup.placement_policy else contextlib.nullcontext():
+            cluster.create_objects(
+                f"/api/v1/namespaces/{namespace}/pods",
+                [small_pod(i, performance_every) for i in range(count)],
+                workers=8,
+            )
         created_s = time.monotonic() - t0
         with cluster.api() as api:
             listed = api.get(f"/api/v1/namespaces/{namespace}/pods", params={"limit": 1}).json()
         since = listed["metadata"]["resourceVersion"]
-        before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS) if ext else {}
+        before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS)
         started = time.perf_counter()
-        scheduler = Scheduler(cluster, work, extender_url, extender_config)
+        scheduler = Scheduler(cluster, work, extender_url, setup)
         watched = {**pids, "kube-scheduler": scheduler.process.pid}
         cpu0: dict[str, float] = {}
         others: list[OtherLoad] = []
         profiles: list[threading.Thread] = []
-        run_name = f"with-{configuration(extender_config)}" if extender_url else "without-extender"
 
         def first() -> None:
             cpu0.update({name: cpu_seconds(pid) for name, pid in watched.items()})
             others.append(OtherLoad(watched.values()))
             if profile_s and scheduler is not None:
-                profiles.append(scheduler.profile(profile_s, work / f"pprof-{run_name}.pb.gz"))
+                profiles.append(scheduler.profile(profile_s, work / f"pprof-{setup.name}.pb.gz"))
 
         bound = watch_bindings(cluster, namespace, count, since, 900, first)
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in watched.items()}
@@ -794,8 +831,8 @@ def schedule_once(
         times = sorted(bound.values())
         window = times[-1] - times[0]
         result: dict[str, Any] = {
-            "extender": extender_url is not None,
-            "configuration": configuration(extender_config) if extender_url else "none",
+            "extender": setup.config is not None,
+            "configuration": setup.name,
             "pods": count,
             "create_seconds": round(created_s, 1),
             "start_to_first_binding_s": round(times[0] - started, 2),
@@ -808,7 +845,7 @@ def schedule_once(
         }
         sched = histograms(scheduler.metrics(), SCHEDULER_HISTOGRAMS)
         result["scheduler_mean_ms"] = means(sched)
-        if ext is not None:
+        if setup.config is not None:
             served = delta(histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS), before_ext)
             durations = {k: v for k, v in served.items() if "duration" in k}
             result["extender_server_mean_ms"] = means(durations)
@@ -980,33 +1017,31 @@ def measure_scheduler(
         pids = {name: c.pid for name, c in cluster.components.items() if c.pid is not None}
         pids |= {"manager": mgr.process.pid, "extender": ext.process.pid}
         runs = []
-        configs = [EXTENDER_CONFIG, PRIORITIZE_ONLY_CONFIG]
+        setups = [SETUPS[name] for name in args.setups]
         for _ in range(args.rounds):
-            for extender_url, config in [(None, EXTENDER_CONFIG)] + [(url, c) for c in configs]:
+            for setup in setups:
                 runs.append(
                     schedule_once(
                         cluster,
                         work,
                         args.pods,
                         args.performance_every,
-                        extender_url,
-                        ext if extender_url else None,
+                        setup,
+                        url,
+                        ext,
                         pids,
-                        config,
                         args.scheduler_profile,
                     )
                 )
         out["runs"] = runs
         without = statistics.median(r["pods_per_second"] for r in runs if not r["extender"])
         out["pods_per_second_without"] = without
-        for config in configs:
-            with_ = [
-                r["pods_per_second"] for r in runs if r["configuration"] == configuration(config)
-            ]
-            out[f"pods_per_second_with {configuration(config)}"] = statistics.median(with_)
-            out[f"with_over_without {configuration(config)}"] = round(
-                statistics.median(with_) / without, 3
-            )
+        for setup in setups:
+            if setup.config is None:
+                continue
+            with_ = [r["pods_per_second"] for r in runs if r["configuration"] == setup.name]
+            out[f"pods_per_second_with {setup.name}"] = statistics.median(with_)
+            out[f"with_over_without {setup.name}"] = round(statistics.median(with_) / without, 3)
     finally:
         t0 = time.monotonic()
         readiness.restore()
@@ -1087,6 +1122,13 @@ def main() -> None:
         help="every N-th pod kube-scheduler places is a performance pod (0: none)",
     )
     parser.add_argument("--skip-scheduler", action="store_true")
+    parser.add_argument(
+        "--setups",
+        type=lambda text: text.split(","),
+        default=list(SETUPS),
+        help=f"kube-scheduler's setups, in order, comma-separated ({','.join(SETUPS)}; "
+        "'none' is needed for the ratios)",
+    )
     parser.add_argument(
         "--only-scheduler",
         action="store_true",

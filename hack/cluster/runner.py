@@ -513,6 +513,18 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result
 
+    def admitted(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """``pod`` as admission leaves it: a dry run takes every admission step (mutating
+        policies included) and stores nothing."""
+        with self.api() as api:
+            answer = api.post(
+                f"/api/v1/namespaces/{namespace}/pods", params={"dryRun": "All"}, json=pod
+            )
+        if answer.status_code != 201:
+            raise ClusterError(f"dry run of pod refused ({answer.status_code}): {answer.text}")
+        body: dict[str, Any] = answer.json()
+        return body
+
     def _write_admin_kubeconfig(self) -> None:
         self.admin_kubeconfig.write_text(
             yaml.safe_dump(
@@ -656,7 +668,11 @@ _MANIFESTS = Path(__file__).resolve().parents[2] / "manifests/extender"
 EXTENDER_CONFIG = _MANIFESTS / "kube-scheduler-config.example.yaml"
 """The shipped configuration: filter, prioritize and preempt."""
 PRIORITIZE_ONLY_CONFIG = _MANIFESTS / "kube-scheduler-config.prioritize-only.example.yaml"
-"""The shipped configuration for a policy that leaves no node eco or draining: no filter."""
+"""The shipped configuration without the filter verb: for a policy that leaves no node eco or
+draining, or with ``PLACEMENT_POLICY`` in force."""
+PLACEMENT_POLICY = _MANIFESTS.parent / "placement"
+"""The admission policy that gives performance pods a node affinity keeping them off eco nodes
+(kustomize directory)."""
 
 
 def manifest_extender(url_prefix: str, config: Path = EXTENDER_CONFIG) -> dict[str, Any]:

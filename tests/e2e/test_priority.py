@@ -52,17 +52,6 @@ def class_body(cluster: LocalCluster) -> dict[str, Any] | None:
     return got.json() if got.status_code == 200 else None
 
 
-def admitted(cluster: LocalCluster, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
-    """``pod`` as admission leaves it (a dry run: every admission step, nothing stored)."""
-    with cluster.api() as api:
-        answer = api.post(
-            f"/api/v1/namespaces/{namespace}/pods", params={"dryRun": "All"}, json=pod
-        )
-    assert answer.status_code == 201, answer.text
-    body: dict[str, Any] = answer.json()
-    return body
-
-
 @pytest.fixture(scope="module")
 def policy(cluster: LocalCluster) -> Iterator[dict[str, Any]]:
     """manifests/priority applied, and in force: a performance pod's dry run gets the class.
@@ -72,7 +61,7 @@ def policy(cluster: LocalCluster) -> Iterator[dict[str, Any]]:
     probe = pod_manifest("probe", annotations={keys.WORKLOAD_CLASS_ANNOTATION: "performance"})
     try:
         wait_until(
-            lambda: admitted(cluster, "default", probe)["spec"].get("priorityClassName") == CLASS,
+            lambda: cluster.admitted("default", probe)["spec"].get("priorityClassName") == CLASS,
             60,
             "the MutatingAdmissionPolicy to be in force",
         )
@@ -315,7 +304,7 @@ def test_a_pod_that_names_a_class_keeps_it(
         pod = work_pod("named", "none", workload_class="performance")
         pod["spec"]["priorityClassName"] = own
         spec = wait_until(
-            lambda: admitted(cluster, namespace, pod)["spec"],
+            lambda: cluster.admitted(namespace, pod)["spec"],
             30,
             "the new class to be known to admission",
         )
@@ -323,8 +312,8 @@ def test_a_pod_that_names_a_class_keeps_it(
         assert spec["preemptionPolicy"] == "PreemptLowerPriority"
         # A pod without the annotation, and one of another class, are left alone too.
         for workload_class in (None, "standard", "Performance"):
-            spec = admitted(
-                cluster, namespace, work_pod("other", "none", workload_class=workload_class)
+            spec = cluster.admitted(
+                namespace, work_pod("other", "none", workload_class=workload_class)
             )["spec"]
             assert "priorityClassName" not in spec, workload_class
             assert spec["priority"] == 0, workload_class
@@ -344,7 +333,7 @@ def test_without_the_class_the_policy_stands_aside(
         pod = work_pod("performance", "none", workload_class="performance")
         spec = wait_until(
             lambda: (
-                (s := admitted(cluster, namespace, pod)["spec"]).get("priorityClassName") is None
+                (s := cluster.admitted(namespace, pod)["spec"]).get("priorityClassName") is None
                 and s
             ),
             30,
@@ -355,7 +344,7 @@ def test_without_the_class_the_policy_stands_aside(
         cluster.kubectl("apply", "-k", str(PRIORITY))
         probe = work_pod("probe", "none", workload_class="performance")
         wait_until(
-            lambda: admitted(cluster, namespace, probe)["spec"].get("priorityClassName") == CLASS,
+            lambda: cluster.admitted(namespace, probe)["spec"].get("priorityClassName") == CLASS,
             60,
             "the policy to be in force again",
         )

@@ -15,7 +15,8 @@ What the comparison leaves out, and why (nothing else):
 - comments in a ConfigMap's YAML file (joulie-scheduler's configuration): such values are
   compared as the YAML they hold.
 
-``scheduler.enabled=true`` adds manifests/scheduler, the second scheduler (opt-in in both).
+``scheduler.enabled=true`` adds manifests/scheduler, the second scheduler, and
+``performancePlacement.enabled=true`` manifests/placement (opt-in in both).
 
 The binaries come from hack/build-binaries.sh (helm and kubectl); no cluster is needed.
 """
@@ -35,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.cluster.runner import bin_dir
+from hack.cluster.runner import PRIORITIZE_ONLY_CONFIG, bin_dir
 
 pytestmark = pytest.mark.kube
 
@@ -170,6 +171,28 @@ def test_scheduler_enabled_adds_the_second_scheduler_of_the_manifests(binaries: 
     assert "joulie-scheduler" in {o["metadata"]["name"] for o in chart}
 
 
+def test_performance_placement_adds_the_policy_and_can_drop_the_filter_verb(
+    binaries: Path,
+) -> None:
+    chart = helm_template(binaries, "--set", "performancePlacement.enabled=true")
+    manifests = kustomize(binaries, "manifests") + kustomize(binaries, "manifests/placement")
+    assert_same(chart, without_namespace(manifests))
+    # The second scheduler without the filter verb is the prioritize-only example's entry.
+    (config,) = [
+        o
+        for o in helm_template(
+            binaries, "--set", "scheduler.enabled=true,scheduler.extender.filter=false"
+        )
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "joulie-scheduler-config"
+    ]
+    (entry,) = yaml.safe_load(config["data"]["config.yaml"])["extenders"]
+    example = yaml.safe_load((PRIORITIZE_ONLY_CONFIG).read_text())["extenders"][0]
+    assert "filterVerb" not in entry
+    assert {k: v for k, v in entry.items() if k != "urlPrefix"} == {
+        k: v for k, v in example.items() if k != "urlPrefix"
+    }
+
+
 def test_grafana_dashboard_enabled_adds_the_dashboard_of_the_manifests(binaries: Path) -> None:
     """charts/joulie/files/joulie-dashboard.json is a copy of manifests/grafana's."""
     chart = [
@@ -274,6 +297,7 @@ def test_lint_is_clean_with_every_option_on(binaries: Path) -> None:
             "scheduler.enabled=true",
             "scheduler.podDisruptionBudget.enabled=true",
             "grafanaDashboard.enabled=true",
+            "performancePlacement.enabled=true",
         ]
     )
     for args in ([], ["--set", every]):

@@ -36,6 +36,11 @@ def by_kind(kind: str) -> list[dict[str, Any]]:
     return [o for o in objects() if o["kind"] == kind]
 
 
+def named(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in by_kind(kind) if o["metadata"]["name"] == name]
+    return found
+
+
 def workloads() -> Iterator[dict[str, Any]]:
     for o in objects():
         if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
@@ -219,8 +224,8 @@ def test_performance_priority_policy_gives_the_shipped_class_to_performance_pods
     (priority_class,) = by_kind("PriorityClass")
     assert priority_class["preemptionPolicy"] == "Never"
     assert priority_class["globalDefault"] is False
-    (policy,) = by_kind("MutatingAdmissionPolicy")
-    (binding,) = by_kind("MutatingAdmissionPolicyBinding")
+    policy = named("MutatingAdmissionPolicy", "joulie-performance-priority")
+    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-priority")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     # The class is the policy's parameter: name, value and preemption policy come from it.
     assert binding["spec"]["paramRef"]["name"] == priority_class["metadata"]["name"]
@@ -232,3 +237,17 @@ def test_performance_priority_policy_gives_the_shipped_class_to_performance_pods
     assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
     assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
     assert policy["spec"]["failurePolicy"] == "Ignore"
+
+
+def test_performance_placement_policy_keeps_performance_pods_off_eco_by_node_affinity() -> None:
+    policy = named("MutatingAdmissionPolicy", "joulie-performance-placement")
+    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-placement")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
+    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    (mutation,) = policy["spec"]["mutations"]
+    expression = mutation["jsonPatch"]["expression"]
+    # The label the manager writes, and the profile it writes for eco and draining nodes alike.
+    assert f"key: '{keys.POWER_PROFILE_LABEL}', operator: 'NotIn', values: ['eco']" in expression
+    assert policy["spec"]["reinvocationPolicy"] == "Never"
