@@ -613,14 +613,14 @@ class Scheduler:
 
 
 @contextlib.contextmanager
-def placement_policy(cluster: LocalCluster) -> Iterator[None]:
-    """manifests/placement applied and in force (a performance pod's dry run gets its node
-    affinity), removed afterwards."""
+def placement_policy(cluster: LocalCluster, namespace: str) -> Iterator[None]:
+    """manifests/placement applied and in force (a performance pod's dry run in ``namespace``
+    gets its node affinity), removed afterwards."""
     cluster.kubectl("apply", "-k", str(PLACEMENT_POLICY))
     try:
         probe = small_pod(0, 1)
         wait(
-            lambda: "affinity" in cluster.admitted("default", probe)["spec"],
+            lambda: "affinity" in cluster.admitted(namespace, probe)["spec"],
             60,
             "the placement policy to be in force",
         )
@@ -800,7 +800,7 @@ def schedule_once(
     scheduler: Scheduler | None = None
     try:
         t0 = time.monotonic()
-        with placement_policy(cluster) if setup.placement_policy else contextlib.nullcontext():
+        with placement_policy(cluster, namespace) if setup.placement_policy else contextlib.nullcontext():
             cluster.create_objects(
                 f"/api/v1/namespaces/{namespace}/pods",
                 [small_pod(i, performance_every) for i in range(count)],
