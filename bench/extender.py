@@ -800,7 +800,11 @@ def schedule_once(
     scheduler: Scheduler | None = None
     try:
         t0 = time.monotonic()
-        with placement_policy(cluster, namespace) if setup.placement_policy else contextlib.nullcontext():
+        with (
+            placement_policy(cluster, namespace)
+            if setup.placement_policy
+            else contextlib.nullcontext()
+        ):
             cluster.create_objects(
                 f"/api/v1/namespaces/{namespace}/pods",
                 [small_pod(i, performance_every) for i in range(count)],
