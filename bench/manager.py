@@ -17,6 +17,10 @@ pairs without and with the accountant (the "steady" figures are those without); 
 lifecycle is off. ``--profile`` then profiles the accounted passes only; the peak RSS at the end
 includes the accountant's traced passes (tracemalloc's own memory).
 
+``--rss-every S`` samples the process's RSS every S seconds from a thread and prints the highest
+sample of each phase (set-up, list and sync, first pass, steady passes, shutdown): where the
+peak is reached. Off by default: the thread's reads are counted in the passes' CPU time.
+
 ``--gc policy`` (the default) installs the runtime's garbage-collector policy, as the process
 would (``joulie.process.gc_policy``); ``--gc freeze`` only its freeze after large lists,
 ``--gc threshold`` only its young-generation threshold, and ``--gc default`` leaves CPython's
@@ -37,7 +41,9 @@ import json
 import os
 import pstats
 import statistics
+import threading
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +70,58 @@ def writes_excluding_leases() -> float:
             if labels["verb"] in metrics.WRITE_VERBS and labels["resource"] != "leases":
                 total += sample.value
     return total
+
+
+class RssPhases:
+    """The highest RSS sampled in each phase of the run, from a thread reading /proc/self/statm
+    (the peak that ``ru_maxrss`` reports says how high, not when)."""
+
+    def __init__(self, every: float) -> None:
+        self.phase = "set-up"
+        self.peaks: dict[str, float] = {}
+        self._every = every
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-phases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def enter(self, phase: str) -> None:
+        self._sample()
+        self.phase = phase
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return {k: round(v, 1) for k, v in self.peaks.items()}
+
+    def _sample(self) -> None:
+        with open("/proc/self/statm", "rb") as f:
+            rss = int(f.read().split()[1]) * self._page / 2**20
+        if rss > self.peaks.get(self.phase, 0.0):
+            self.peaks[self.phase] = rss
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self._sample()
+
+
+def grown_sites(before: tracemalloc.Snapshot, limit: int) -> str:
+    """The lines whose traced memory grew most since ``before`` (the worker's first pass runs
+    before the bench reports the sync, so "after sync" holds what that pass kept)."""
+    now = tracemalloc.take_snapshot()
+    stats = now.compare_to(before, "lineno")
+    grown = sum(s.size_diff for s in stats)
+    lines = [f"traced memory grown since the first pass started: {grown / 2**20:+.1f} MiB"]
+    for stat in stats[:limit]:
+        frame = stat.traceback[0]
+        lines.append(
+            f"  {stat.size_diff / 2**20:+8.2f} MiB {stat.count_diff:>+9} blocks  "
+            f"{frame.filename.split('/work/main/')[-1]}:{frame.lineno}"
+        )
+    return "\n".join(lines)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -101,14 +159,24 @@ class Timed:
     """Wraps ``role.reconcile`` so every call, the role's own worker's included, is serialized
     and measured (wall time, CPU time, writes)."""
 
-    def __init__(self, reconcile: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, reconcile: Callable[[], Awaitable[None]], phases: RssPhases | None = None
+    ) -> None:
         self._reconcile = reconcile
         self._lock = asyncio.Lock()
         self.records: list[dict[str, Any]] = []
         self.profiler: cProfile.Profile | None = None
+        self._phases = phases
+        self.before_first: Any = None
+        """With ``--tracemalloc``: the traced heap as the first pass starts."""
 
     async def __call__(self, source: str = "worker") -> dict[str, Any]:
         async with self._lock:
+            if not self.records:
+                if self._phases is not None:
+                    self._phases.enter("first pass")
+                if tracemalloc.is_tracing():
+                    self.before_first = tracemalloc.take_snapshot()
             writes0 = writes_excluding_leases()
             cpu0 = time.process_time()
             wall0 = time.perf_counter()
@@ -133,6 +201,8 @@ class Timed:
                 "writes": int(writes_excluding_leases() - writes0),
             }
             self.records.append(record)
+            if self._phases is not None and len(self.records) == 1:
+                self._phases.enter("after the first pass")
             return record
 
 
@@ -143,6 +213,7 @@ async def measure(
     gc_mode: str,
     trace_top: int,
     with_energy: bool = False,
+    phases: RssPhases | None = None,
 ) -> dict[str, Any]:
     from joulie.kube.client import KubeClient
     from joulie.manager.role import ManagerRole
@@ -174,6 +245,12 @@ async def measure(
     gc.callbacks.append(pauses)
     if trace_top:
         heap.start()
+
+    def enter(phase: str) -> None:
+        if phases is not None:
+            phases.enter(phase)
+
+    enter("list, sync and wait to lead")
     async with await KubeClient.from_kubeconfig(kubeconfig) as client:
         role = ManagerRole(settings, client)
         stopping = asyncio.Event()
@@ -181,7 +258,7 @@ async def measure(
         task = asyncio.create_task(role.run(stopping))
         while role.controller is None:  # noqa: ASYNC110 - run() builds it before its first await
             await asyncio.sleep(0)
-        timed = Timed(role.controller.reconcile)
+        timed = Timed(role.controller.reconcile, phases)
         # The worker calls self.reconcile: the instance attribute routes it through the timer.
         role.controller.reconcile = timed  # type: ignore[method-assign,assignment]
         if with_energy:
@@ -209,6 +286,10 @@ async def measure(
             figures["peak_rss_at_sync_mib"] = round(peak_rss_mib(), 1)
             if trace_top:
                 figures["memory_after_sync"] = heap.top_sites(trace_top, "after sync")
+                if timed.before_first is not None:
+                    figures["memory_grown_in_first_pass"] = grown_sites(
+                        timed.before_first, trace_top
+                    )
 
             # The first pass: whichever reconcile comes first (the worker's own, started as soon
             # as it leads and has synced, or ours, which then waits behind it).
@@ -229,6 +310,7 @@ async def measure(
                     trace_top, "after the first pass"
                 )
 
+            enter("steady passes")
             if profile_top:
                 timed.profiler = cProfile.Profile()
             steady: list[dict[str, Any]] = []
@@ -270,6 +352,7 @@ async def measure(
                 stats.sort_stats("tottime").print_stats(profile_top)
                 figures["profile"] = out.getvalue()
         finally:
+            enter("shutdown")
             stopping.set()
             await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 120)
     figures["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -295,7 +378,11 @@ def main() -> None:
         action="store_true",
         help="steady passes without and with energy accounting (bench.energy_accounts)",
     )
+    parser.add_argument("--rss-every", type=float, default=0.0, metavar="S")
     args = parser.parse_args()
+    phases = RssPhases(args.rss_every) if args.rss_every > 0 else None
+    if phases is not None:
+        phases.start()
 
     import logging
 
@@ -322,13 +409,19 @@ def main() -> None:
                         args.gc,
                         args.tracemalloc,
                         args.energy,
+                        phases,
                     )
                 )
             )
     finally:
         cluster.down()
+    if phases is not None:
+        figures["rss_peak_by_phase_mib"] = phases.stop()
     profile = figures.pop("profile", None)
-    memory = [figures.pop(k, None) for k in ("memory_after_sync", "memory_after_first_pass")]
+    memory = [
+        figures.pop(k, None)
+        for k in ("memory_after_sync", "memory_grown_in_first_pass", "memory_after_first_pass")
+    ]
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     first, steady = figures["first_pass"], figures["steady"]
@@ -358,6 +451,8 @@ def main() -> None:
         f"{'peak RSS at sync / at end':52} "
         f"{figures['peak_rss_at_sync_mib']} / {figures['peak_rss_mib']} MiB"
     )
+    for phase, mib in figures.get("rss_peak_by_phase_mib", {}).items():
+        print(f"{'highest RSS sampled: ' + phase:52} {mib} MiB")
     for generation, g in figures["steady_gc"].items():
         print(
             f"{'steady GC ' + generation + ': collections / total / max':52} "
