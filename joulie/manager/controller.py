@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import structlog
 
 from joulie.api.enums import SchedulableClass
+from joulie.core.intents import spec_wire
 from joulie.core.policies import Plan
 from joulie.kube.projections import SlimNode
 from joulie.kube.workqueue import WorkQueue, default_controller_rate_limiter, run_workers
@@ -240,7 +241,7 @@ class Controller:
         if self._writer.verified(memo, twin, node, intent, fields, reporting):
             return None
         # Built only when something may need writing; kept per node, it cost 10 MiB at 5,000.
-        spec = intent.spec.to_wire()
+        spec = spec_wire(intent, node.name)
         return self._writer.write(memo, node, intent, spec, twin, fields, reporting, inputs.now)
 
     async def _isolated(self, node: SlimNode, job: Awaitable[_T]) -> _T | None:

@@ -20,7 +20,7 @@ from joulie.api import keys
 from joulie.api.selector import parse_selector
 from joulie.api.telemetry import HardwareSummary
 from joulie.core.enforcement import controls_in_force
-from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_twin_spec
+from joulie.core.intents import NodeIntent, max_running_pod_gpus, node_intent
 from joulie.core.policies import Plan, PlanNode, plan
 from joulie.core.power_model import Controls, NodePowerSpec
 from joulie.core.twin import TwinHardware
@@ -221,8 +221,8 @@ class Planner:
         )
         if memo.intent is not None and memo.intent_inputs == inputs:
             return memo.intent  # current() keeps it only while the node and hardware stay
-        memo.intent = node_twin_spec(
-            node.name,
+        # Unnamed, so that alike nodes share one intent (see node_intent); spec_wire names it.
+        memo.intent = node_intent(
             inputs[0],
             active_perf_pods=inputs[1],
             gpu_count=view.gpu_count,

@@ -30,6 +30,7 @@ from joulie.core.intents import (
     NO_NODE_HARDWARE,
     NODE_HARDWARE_CURRENT,
     NODE_HARDWARE_STALE,
+    UNNAMED,
     GpuModelGovernor,
     IntentConfig,
     NodeIntent,
@@ -38,7 +39,9 @@ from joulie.core.intents import (
     gpu_cap_watts,
     is_active_performance_pod,
     max_running_pod_gpus,
+    node_intent,
     node_twin_spec,
+    spec_wire,
     transition_event,
 )
 from joulie.core.policies import ClassCaps
@@ -871,3 +874,18 @@ def test_alike_nodes_share_their_spec_parts_and_keep_their_own_names() -> None:
     assert performance.spec.gpu != a.spec.gpu
     again = intent(config=config, hardware=hardware())
     assert again.spec == a.spec
+
+
+def test_an_unnamed_intent_is_shared_and_written_with_the_nodes_name() -> None:
+    config = IntentConfig()
+    args: dict[str, Any] = {**INTENT_DEFAULTS, "config": config}
+    shared = node_intent(**args)
+    assert node_intent(**args) is shared
+    assert shared.spec.node_name == UNNAMED
+    named = node_twin_spec(NODE, **args)
+    assert spec_wire(shared, NODE) == named.spec.to_wire()
+    assert named.schedulable_class is shared.schedulable_class
+    # A decision that differs is another instance.
+    performance = node_intent(**{**args, "planned_profile": Profile.PERFORMANCE})
+    assert performance is not shared
+    assert spec_wire(performance, NODE) == wire(intent(planned_profile=Profile.PERFORMANCE))

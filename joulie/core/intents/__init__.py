@@ -70,7 +70,7 @@ from joulie.core.intents.guard import (
     downgrade_guard,
     transition_event,
 )
-from joulie.core.intents.node import NodeIntent, node_twin_spec
+from joulie.core.intents.node import UNNAMED, NodeIntent, node_intent, node_twin_spec, spec_wire
 from joulie.core.intents.pods import (
     MULTI_GPU_POD_MIN_GPUS,
     is_active_performance_pod,
@@ -88,6 +88,7 @@ __all__ = [
     "NO_PRESET",
     "TRANSITION_APPLIED",
     "TRANSITION_DEFERRED",
+    "UNNAMED",
     "AgentReporting",
     "CapRange",
     "CpuPresetChoice",
@@ -109,7 +110,9 @@ __all__ = [
     "is_running_pod",
     "lookup_model",
     "max_running_pod_gpus",
+    "node_intent",
     "node_twin_spec",
+    "spec_wire",
     "transition_event",
     "uses_multi_gpu",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from joulie.api.enums import (
     GpuCapScope,
@@ -58,7 +58,56 @@ def node_twin_spec(
     class_caps: ClassCaps | None = None,
     gpu_optimal_cap_w: float | None = None,
 ) -> NodeIntent:
-    """NodeTwin.spec and the schedulable class of one node, after the downgrade guard.
+    """NodeTwin.spec and the schedulable class of the node ``node_name``, after the downgrade
+    guard: :func:`node_intent` (see it for the arguments), its spec named."""
+    intent = node_intent(
+        planned_profile,
+        active_perf_pods=active_perf_pods,
+        gpu_count=gpu_count,
+        hardware=hardware,
+        labels=labels,
+        catalog_gpu_range=catalog_gpu_range,
+        running_pod_max_gpus=running_pod_max_gpus,
+        policy_name=policy_name,
+        config=config,
+        class_caps=class_caps,
+        gpu_optimal_cap_w=gpu_optimal_cap_w,
+    )
+    spec = intent.spec
+    named = NodeTwinSpec(
+        node_name=node_name, profile=spec.profile, cpu=spec.cpu, gpu=spec.gpu, policy=spec.policy
+    )
+    return NodeIntent(named, intent.schedulable_class)
+
+
+UNNAMED: Final = "-"
+"""The nodeName of the spec of a :func:`node_intent`: the spec is shared by every node with the
+same inputs, and :func:`spec_wire` names it for the node it is written to."""
+
+
+def spec_wire(intent: NodeIntent, node_name: str) -> dict[str, Any]:
+    """``intent``'s NodeTwin.spec in wire form, for the node ``node_name``."""
+    return {**intent.spec.to_wire(), "nodeName": node_name}
+
+
+def node_intent(
+    planned_profile: Profile,
+    *,
+    active_perf_pods: int,
+    gpu_count: int,
+    hardware: NodeHardwareStatus | None,
+    labels: Mapping[str, str],
+    catalog_gpu_range: CapRange | None,
+    running_pod_max_gpus: int,
+    policy_name: str | None,
+    config: IntentConfig,
+    class_caps: ClassCaps | None = None,
+    gpu_optimal_cap_w: float | None = None,
+) -> NodeIntent:
+    """NodeTwin.spec and the schedulable class of one node, after the downgrade guard, without
+    the node's name: one instance, spec included, for every node whose inputs are the same (the
+    spec's nodeName is :data:`UNNAMED`; :func:`spec_wire` writes it named, and
+    :func:`node_twin_spec` names it).
 
     ``gpu_count`` is the node's GPU count from the manager's hardware view (NodeHardware, else
     labels or allocatable GPUs); a node with GPUs gets the GPU rules. ``hardware`` is the node's
@@ -122,14 +171,15 @@ def node_twin_spec(
     if policy_name:
         policy = _shared_part(("policy", policy_name), lambda: PolicySpec(name=policy_name), ())
 
-    spec = NodeTwinSpec(
-        node_name=node_name,
-        profile=guard.profile,
-        cpu=cpu,
-        gpu=gpu,
-        policy=policy,
+    whole = ("intent", guard.profile, guard.schedulable_class, id(cpu), id(gpu), id(policy))
+    return _shared_part(
+        whole,
+        lambda: NodeIntent(
+            NodeTwinSpec(node_name=UNNAMED, profile=guard.profile, cpu=cpu, gpu=gpu, policy=policy),
+            guard.schedulable_class,
+        ),
+        (cpu, gpu, policy),
     )
-    return NodeIntent(spec, guard.schedulable_class)
 
 
 _T = TypeVar("_T")
@@ -138,11 +188,14 @@ _parts: dict[tuple[Any, ...], tuple[Any, tuple[object, ...]]] = {}
 
 
 def _shared_part(key: tuple[Any, ...], build: Callable[[], _T], held: tuple[object, ...]) -> _T:
-    """The spec part for ``key``, built once and shared by every node whose inputs are the same.
+    """The spec part (or whole intent) for ``key``, built once and shared by every node whose
+    inputs are the same.
 
     Why: nodes of one model under one policy have equal CPU, GPU and policy parts, and each
     node's own copies were about 2 KiB of pydantic objects: 5,000 intents of 8-GPU nodes took
-    16.2 MiB with them, 5.7 MiB shared (tracemalloc). The parts are never changed after they
+    16.2 MiB with them, 5.7 MiB shared (tracemalloc). The rest was each node's own spec, which
+    carried its name: 4.5 MiB at 5,000 nodes with the intents holding them (bench.manager,
+    tracemalloc), now one per distinct intent. The parts are never changed after they
     are built. The key names the hardware and the configuration by identity (the manager shares
     a status between alike nodes); the entry holds them (``held``) so an identity is not reused
     while it is there.
