@@ -27,7 +27,7 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from joulie.api.enums import SchedulableClass
 from joulie.api.keys import AGENT_REPORTING_CONDITION
@@ -44,6 +44,7 @@ __all__ = [
     "UNMANAGED_SOURCE",
     "PowerHistory",
     "RecognisedHardware",
+    "TwinFigures",
     "TwinHardware",
     "TwinInput",
     "TwinOutput",
@@ -60,6 +61,7 @@ __all__ = [
     "psu_stress",
     "retired_status",
     "status_fields",
+    "status_figures",
     "twin_hardware",
     "twin_is_fresh",
 ]
@@ -302,31 +304,81 @@ def display_value(value: float, kind: str) -> float | int:
     return int(rounded) if digits == 0 else rounded
 
 
+class TwinFigures(NamedTuple):
+    """The twin's part of NodeTwin.status at display precision, flat (:meth:`wire` gives the
+    status fields). What the manager keeps per node between reconciles: the three dicts of the
+    wire form cost about 1 KiB a node, 4.9 MiB at 5,000 nodes with their numbers, and a flat
+    tuple of the same numbers shares whole between nodes whose figures are alike (tracemalloc,
+    bench.manager)."""
+
+    schedulable_class: str
+    power_headroom: float | int
+    cooling_stress: float | int
+    psu_stress: float | int
+    hardware_density: float | int
+    estimated_pue: float | int
+    cpu_pct: float | int
+    gpu_pct: float | int
+    source: str
+    measured_power_w: float | int
+    cpu_capped_power_w: float | int
+    gpu_capped_power_w: float | int
+    node_capped_power_w: float | int
+    cpu_tdp_w: float | int
+    gpu_tdp_w: float | int
+    node_tdp_w: float | int
+    power_trend_w_per_min: float | int
+
+    def wire(self) -> dict[str, Any]:
+        """The twin's part of NodeTwin.status in wire form (a new dict each call)."""
+        return {
+            "schedulableClass": self.schedulable_class,
+            "predictedPowerHeadroomScore": self.power_headroom,
+            "predictedCoolingStressScore": self.cooling_stress,
+            "predictedPsuStressScore": self.psu_stress,
+            "hardwareDensityScore": self.hardware_density,
+            "estimatedPUE": self.estimated_pue,
+            "effectiveCapState": {"cpuPct": self.cpu_pct, "gpuPct": self.gpu_pct},
+            "powerMeasurement": {
+                "source": self.source,
+                "measuredNodePowerW": self.measured_power_w,
+                "cpuCappedPowerW": self.cpu_capped_power_w,
+                "gpuCappedPowerW": self.gpu_capped_power_w,
+                "nodeCappedPowerW": self.node_capped_power_w,
+                "cpuTdpW": self.cpu_tdp_w,
+                "gpuTdpW": self.gpu_tdp_w,
+                "nodeTdpW": self.node_tdp_w,
+                "powerTrendWPerMin": self.power_trend_w_per_min,
+            },
+        }
+
+
+def status_figures(out: TwinOutput) -> TwinFigures:
+    """The twin's part of NodeTwin.status, rounded to display precision."""
+    return TwinFigures(
+        str(out.schedulable_class),
+        display_value(out.power_headroom, "score"),
+        display_value(out.cooling_stress, "score"),
+        display_value(out.psu_stress, "score"),
+        display_value(out.hardware_density, "score"),
+        display_value(out.estimated_pue, "pue"),
+        display_value(out.cpu_cap_pct, "pct"),
+        display_value(out.gpu_cap_pct, "pct"),
+        out.source,
+        display_value(out.measured_power_w, "watts"),
+        display_value(out.cpu_capped_power_w, "watts"),
+        display_value(out.gpu_capped_power_w, "watts"),
+        display_value(out.node_capped_power_w, "watts"),
+        display_value(out.cpu_tdp_w, "watts"),
+        display_value(out.gpu_tdp_w, "watts"),
+        display_value(out.node_tdp_w, "watts"),
+        display_value(out.power_trend_w_per_min, "trend"),
+    )
+
+
 def status_fields(out: TwinOutput) -> dict[str, Any]:
     """The twin's part of NodeTwin.status in wire form, rounded to display precision."""
-    return {
-        "schedulableClass": str(out.schedulable_class),
-        "predictedPowerHeadroomScore": display_value(out.power_headroom, "score"),
-        "predictedCoolingStressScore": display_value(out.cooling_stress, "score"),
-        "predictedPsuStressScore": display_value(out.psu_stress, "score"),
-        "hardwareDensityScore": display_value(out.hardware_density, "score"),
-        "estimatedPUE": display_value(out.estimated_pue, "pue"),
-        "effectiveCapState": {
-            "cpuPct": display_value(out.cpu_cap_pct, "pct"),
-            "gpuPct": display_value(out.gpu_cap_pct, "pct"),
-        },
-        "powerMeasurement": {
-            "source": out.source,
-            "measuredNodePowerW": display_value(out.measured_power_w, "watts"),
-            "cpuCappedPowerW": display_value(out.cpu_capped_power_w, "watts"),
-            "gpuCappedPowerW": display_value(out.gpu_capped_power_w, "watts"),
-            "nodeCappedPowerW": display_value(out.node_capped_power_w, "watts"),
-            "cpuTdpW": display_value(out.cpu_tdp_w, "watts"),
-            "gpuTdpW": display_value(out.gpu_tdp_w, "watts"),
-            "nodeTdpW": display_value(out.node_tdp_w, "watts"),
-            "powerTrendWPerMin": display_value(out.power_trend_w_per_min, "trend"),
-        },
-    }
+    return status_figures(out).wire()
 
 
 # --- measurement state and freshness --------------------------------------------------------

@@ -28,6 +28,7 @@ from joulie.core.intents import (
     agent_reporting,
     transition_event,
 )
+from joulie.core.twin import TwinFigures
 from joulie.kube.events import EventRecorder, ObjectRef
 from joulie.kube.ownership import OwnedObject
 from joulie.kube.projections import SlimNode
@@ -92,7 +93,7 @@ class NodeWriter:
         twin: OwnedObject | None,
         node: SlimNode,
         intent: NodeIntent,
-        twin_fields: dict[str, Any],
+        twin_figures: TwinFigures,
         reporting: AgentReporting,
     ) -> bool:
         """Everything stored for this node was found equal to these very inputs before (cache
@@ -103,7 +104,7 @@ class NodeWriter:
             and v[0] is twin
             and v[1] is node
             and v[2] is intent
-            and v[3] is twin_fields
+            and v[3] is twin_figures
             and v[4] == reporting
         )
 
@@ -114,7 +115,7 @@ class NodeWriter:
         intent: NodeIntent,
         spec: dict[str, Any],
         twin: OwnedObject | None,
-        twin_fields: dict[str, Any],
+        twin_figures: TwinFigures,
         reporting: AgentReporting,
         now: datetime,
     ) -> str | None:
@@ -141,17 +142,17 @@ class NodeWriter:
             observed={"metadata": {"labels": dict(node.labels)}},
         ):
             self.writes += 1
-        await self._write_status(name, twin, twin_fields, reporting, now)
+        await self._write_status(name, twin, twin_figures, reporting, now)
         event = await self._transition(node, twin, intent.schedulable_class)
         if self.writes == before and twin is not None:
-            memo.verified = (twin, node, intent, twin_fields, reporting)
+            memo.verified = (twin, node, intent, twin_figures, reporting)
         return event
 
     async def _write_status(
         self,
         name: str,
         twin: OwnedObject | None,
-        twin_fields: dict[str, Any],
+        twin_figures: TwinFigures,
         reporting: AgentReporting,
         now: datetime,
     ) -> None:
@@ -169,7 +170,7 @@ class NodeWriter:
             "apiVersion": keys.API_VERSION,
             "kind": keys.NODE_TWIN_KIND,
             "metadata": {"name": name},
-            "status": {**twin_fields, "conditions": [condition]},
+            "status": {**twin_figures.wire(), "conditions": [condition]},
         }
         if await self._writer.apply(
             f"{NODETWINS}/{name}/status", desired, observed=twin.status if twin else None

@@ -12,7 +12,7 @@ import pytest
 
 from joulie.api.enums import NodePowerSource, Profile, SchedulableClass
 from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
-from joulie.core.twin import TwinHardware, cap_percentages, retired_status
+from joulie.core.twin import TwinFigures, TwinHardware, cap_percentages, retired_status
 from joulie.manager.facility import FacilityReading
 from joulie.manager.power import (
     NodePower,
@@ -253,7 +253,7 @@ def status(
         facility or FacilityReading(),
         labels or {},
         observed or {},
-    )
+    ).wire()
 
 
 def test_a_failed_read_keeps_the_last_written_measurement_and_says_so() -> None:
@@ -349,3 +349,23 @@ def test_an_http_source_answer_past_the_limit_or_too_deep_fails_that_node_alone(
     assert read["endless"].watts is None
     assert "more than the 1048576 bytes" in (read["endless"].problem or "")
     assert "nested deeper than 254 levels" in (read["deep"].problem or "")
+
+
+def test_alike_nodes_share_one_instance_of_their_figures() -> None:
+    tracker = TwinTracker(300)
+    intent = spec(CpuSpec(package_power_cap_pct_of_max=60))
+
+    def figures(node: str, watts: float) -> TwinFigures:
+        return tracker.status(
+            node, intent, SchedulableClass.ECO, HW, NodePower(watts, "http"), 0.0,
+            FacilityReading(), {}, {},
+        )  # fmt: skip
+
+    a = figures("a", 1160)
+    assert figures("b", 1160) is a
+    assert a.wire() == status(TwinTracker(300), NodePower(1160, "http"), 0.0)
+    # The same node, the same inputs: the very same figures (the writer skips on identity).
+    assert figures("a", 1160) is a
+    other = figures("c", 900)
+    assert other is not a
+    assert other.measured_power_w == 900
