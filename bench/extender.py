@@ -77,6 +77,7 @@ POD = Path(__file__).resolve().parents[1] / "tests/data/extender/pod.json"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 EXTENDER_CPU = 0
 LOAD_CPU = 1
+ALL_CPUS = set(range(os.cpu_count() or 1))
 WARMUP = 50
 LISTS = 64
 PREEMPT_CANDIDATES = 500
@@ -107,6 +108,14 @@ SETUPS = {
 
 
 # --- processes -----------------------------------------------------------------------------
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (sched_setaffinity sets one thread's; threads started
+    later take their creator's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
 
 
 class Joulie:
@@ -559,6 +568,7 @@ class Scheduler:
         work: Path,
         extender_url: str,
         setup: Setup,
+        cpus: set[int] | None = None,
     ) -> None:
         self.port = free_port()
         config = cluster.scheduler_config()
@@ -580,6 +590,8 @@ class Scheduler:
             f"--cert-dir={work / 'scheduler-certs'}",
             f"--feature-gates={FEATURE_GATES}",
         ]
+        if cpus is not None:
+            argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
@@ -789,6 +801,7 @@ def schedule_once(
     ext: Joulie,
     pids: Mapping[str, int],
     profile_s: float = 0.0,
+    scheduler_cpus: set[int] | None = None,
 ) -> dict[str, Any]:
     """One measurement: ``count`` pods created with kube-scheduler stopped, then kube-scheduler
     started as ``setup`` says (its extender entry pointed at ``extender_url``) until all are
@@ -816,7 +829,7 @@ def schedule_once(
         since = listed["metadata"]["resourceVersion"]
         before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS)
         started = time.perf_counter()
-        scheduler = Scheduler(cluster, work, extender_url, setup)
+        scheduler = Scheduler(cluster, work, extender_url, setup, scheduler_cpus)
         watched = {**pids, "kube-scheduler": scheduler.process.pid}
         cpu0: dict[str, float] = {}
         others: list[OtherLoad] = []
@@ -1015,11 +1028,23 @@ def measure_scheduler(
         t0 = time.monotonic()
         readiness.make_ready()
         out["make_ready_s"] = round(time.monotonic() - t0, 1)
-        # kube-scheduler, the API server, etcd, the manager and the extender share both cores
-        # here, as they would share a control-plane node: the extender is no longer pinned.
-        os.sched_setaffinity(ext.process.pid, set(range(os.cpu_count() or 1)))
         pids = {name: c.pid for name, c in cluster.components.items() if c.pid is not None}
         pids |= {"manager": mgr.process.pid, "extender": ext.process.pid}
+        scheduler_cpus: set[int] | None = None
+        if args.extender_own_core:
+            # The extender on a core of its own, as in a cluster where it runs on a node other
+            # than the control plane's: kube-scheduler, the API server, etcd, the manager (and
+            # this bench's watch) share the other, with and without the extender alike, so the
+            # ratio shows what the calls cost kube-scheduler's cycle, not the extender's CPU.
+            scheduler_cpus = {LOAD_CPU}
+            for name, pid in pids.items():
+                pin(pid, {EXTENDER_CPU} if name == "extender" else scheduler_cpus)
+            os.sched_setaffinity(0, scheduler_cpus)
+        else:
+            # kube-scheduler, the API server, etcd, the manager and the extender share both
+            # cores, as they would share a control-plane node: the extender is no longer pinned.
+            pin(ext.process.pid, ALL_CPUS)
+        out["extender_own_core"] = bool(args.extender_own_core)
         runs = []
         setups = [SETUPS[name] for name in args.setups]
         for _ in range(args.rounds):
@@ -1035,6 +1060,7 @@ def measure_scheduler(
                         ext,
                         pids,
                         args.scheduler_profile,
+                        scheduler_cpus,
                     )
                 )
         out["runs"] = runs
@@ -1047,6 +1073,10 @@ def measure_scheduler(
             out[f"pods_per_second_with {setup.name}"] = statistics.median(with_)
             out[f"with_over_without {setup.name}"] = round(statistics.median(with_) / without, 3)
     finally:
+        if args.extender_own_core:
+            for pid in pids.values():
+                pin(pid, ALL_CPUS)
+            os.sched_setaffinity(0, ALL_CPUS)
         t0 = time.monotonic()
         readiness.restore()
         out["restore_s"] = round(time.monotonic() - t0, 1)
@@ -1126,6 +1156,12 @@ def main() -> None:
         help="every N-th pod kube-scheduler places is a performance pod (0: none)",
     )
     parser.add_argument("--skip-scheduler", action="store_true")
+    parser.add_argument(
+        "--extender-own-core",
+        action="store_true",
+        help="kube-scheduler's pods/s with the extender on one core and the control plane "
+        "(kube-scheduler, API server, etcd, manager) on the other, in every setup",
+    )
     parser.add_argument(
         "--setups",
         type=lambda text: text.split(","),
