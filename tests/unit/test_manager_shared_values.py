@@ -27,4 +27,3 @@ def test_alike_nodes_share_their_hardware_view_and_twin_hardware() -> None:
     m1, m2 = planner.current(n1, None), planner.current(n2, None)
     assert m1.view is m2.view
     assert planner.twin_hardware(m1) is planner.twin_hardware(m2)
-
