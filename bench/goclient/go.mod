@@ -1,0 +1,3 @@
+module joulie/bench/goclient
+
+go 1.22
