@@ -1039,9 +1039,10 @@ def measure_requests(
     cases = []
     n = args.requests
     # The node-name cases (the shipped form) first, for both pods: a Node-object body leaves
-    # the extender's heap spread over 250 MiB, and the name cases run after it had taken a
-    # third longer on the server (standard-pod prioritize on new lists, 3.0 ms against 2.0 for
-    # the performance pod that ran before it), which a names-form extender never sees.
+    # the extender's heap spread over 250 MiB, which a names-form extender never sees. (In one
+    # run the standard pod's name cases, then after the performance pod's Node objects, took a
+    # third longer on the server; with this order both pods took the same, so the machine's
+    # speed within the run explains at least part of that.)
     for form, name_lists, sent, count in (
         ("1,000 names, same list", [sample], 1000, n),
         ("1,000 names, new lists", new_1k, 1000, n),
