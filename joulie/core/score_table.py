@@ -240,6 +240,15 @@ class ScoreTable:
                 return None
         return rows
 
+    def unclassified(self, names: Sequence[str]) -> list[int]:
+        """The positions in ``names`` of the nodes the table holds no class for (no twin, or a
+        twin without ``schedulableClass``): the only ones a class-less rule, such as the eco
+        label's, still has to look at."""
+        b = self._bool
+        classified = b["eco"] | b["performance"] | b["draining"]
+        positions: list[int] = np.flatnonzero(~classified[self.rows(names)]).tolist()
+        return positions
+
     def filter_reasons(self, names: Sequence[str]) -> list[str | None]:
         """:func:`filter_reason` of a performance pod for each named node by its twin class alone
         (None where the table holds no class that keeps it off)."""

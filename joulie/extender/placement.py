@@ -46,23 +46,21 @@ class CachePlacement:
             return [None] * len(nodes)
         table = self.cache.table
         reasons = table.filter_reasons(nodes)
+        # A node without a twin class goes by its profile label. Only those nodes are looked at,
+        # none where every node has a twin: a loop over all 5,000 names had taken 0.85 ms of a
+        # 6 ms performance-pod filter, with the manager's eco label on 3,900 of them.
         if labels:
-            # Whole Node objects: a node without a twin class goes by its profile label.
-            for i, node in enumerate(nodes):
-                terms = table.terms(node)
-                if terms is None or terms.schedulable_class is None:
-                    label = labels.get(node, {}).get(keys.POWER_PROFILE_LABEL)
-                    reasons[i] = filter_reason(True, None, label)
+            # Whole Node objects: the label as sent.
+            for i in table.unclassified(nodes):
+                label = labels.get(nodes[i], {}).get(keys.POWER_PROFILE_LABEL)
+                reasons[i] = filter_reason(True, None, label)
             return reasons
         eco = self.cache.eco_labelled
         if len(eco):
-            # Names only: the nodes labelled eco are the extender's own watch. Only those are
-            # looked at (a handful, or none, against thousands of names).
-            for i, node in enumerate(nodes):
-                if reasons[i] is None and node in eco:
-                    terms = table.terms(node)
-                    if terms is None or terms.schedulable_class is None:
-                        reasons[i] = filter_reason(True, None, Profile.ECO.value)
+            # Names only: the nodes labelled eco are the extender's own watch.
+            for i in table.unclassified(nodes):
+                if nodes[i] in eco:
+                    reasons[i] = filter_reason(True, None, Profile.ECO.value)
         return reasons
 
     def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[str]) -> Scores:

@@ -451,6 +451,10 @@ def test_table_equals_the_scalar_score(
             filter_reason(True, nodes[n].schedulable_class if n in nodes else None, None)
             for n in names
         ]
+        # What the eco label's fallback looks at: the nodes without a twin class.
+        assert table.unclassified(names) == [
+            i for i, n in enumerate(names) if n not in nodes or nodes[n].schedulable_class is None
+        ]
     for name in asked[:5]:
         assert table.explain(demand, name)["score"] == score(demand, nodes.get(name), cluster)
 
