@@ -89,13 +89,20 @@ class BodyIntake:
         self._reader.shutdown(wait=False, cancel_futures=True)
 
     async def parse(
-        self, body: bytes, verb: Verb, distinct: wire.NamesCheck | None = None
+        self,
+        body: bytes,
+        verb: Verb,
+        distinct: wire.NamesCheck | None = None,
+        only_for: wire.PodTest | None = None,
     ) -> wire.ExtenderArgs:
-        """The body's ExtenderArgs; ``distinct`` checks a new NodeNames array, on the event
-        loop only (it reads state the loop changes, so a body read on a thread goes without)."""
+        """The body's ExtenderArgs; ``distinct`` checks a new NodeNames array (for the pods
+        ``only_for`` names, else for all), on the event loop only (it reads state the loop
+        changes, so a body read on a thread goes without)."""
         if len(body) >= OFF_LOOP_BYTES:
             distinct = None
-        return await self.off_loop(body, verb, lambda: wire.parse_args(body, self.lists, distinct))
+        return await self.off_loop(
+            body, verb, lambda: wire.parse_args(body, self.lists, distinct, only_for)
+        )
 
     async def off_loop(self, body: bytes, verb: Verb, reader_of: Callable[[], _T]) -> _T:
         if len(body) < OFF_LOOP_BYTES:

@@ -48,6 +48,7 @@ from aiohttp import web
 from joulie.api.enums import WorkloadClass
 from joulie.api.keys import WORKLOAD_CLASS_ANNOTATION
 from joulie.api.quantity import QuantityError, parse_quantity
+from joulie.core.pod_power import is_performance_pod
 from joulie.core.preemption_candidates import Candidate
 from joulie.core.scoring import NEUTRAL_PRIORITY
 from joulie.extender import wire, wire_preempt
@@ -82,10 +83,10 @@ class Placement(Protocol):
         """A score from 0 to 10 for each node, in the order of ``nodes``."""
 
     def names_distinct(self, nodes: tuple[Any, ...]) -> bool:
-        """Whether every item of a prioritize call's NodeNames is a non-empty string given
-        once, told from the placement's own lookup of the names, which the prioritize call
-        that follows may then reuse (for the same tuple). False when it cannot tell: the
-        server then checks the names itself."""
+        """Whether every item of a call's NodeNames is a non-empty string given once, told
+        from the placement's own lookup of the names, which the prioritize (or a performance
+        pod's filter) that follows may then reuse (for the same tuple). False when it cannot
+        tell: the server then checks the names itself."""
 
     def preempt(
         self, pod: Mapping[str, Any], candidates: Sequence[Candidate]
@@ -230,11 +231,27 @@ def extender_app(
         )
         return Outcome.LATE
 
+    def names_check(verb: Verb) -> wire.NamesCheck:
+        def names_distinct(nodes: tuple[Any, ...]) -> bool:
+            try:
+                return placement.names_distinct(nodes) is True
+            except Exception as exc:  # the server checks the names itself
+                failures.internal(verb.value, exc, nodes=len(nodes))
+                return False
+
+        return names_distinct
+
+    filter_names_distinct = names_check(Verb.FILTER)
+    prioritize_names_distinct = names_check(Verb.PRIORITIZE)
+
     async def filter_nodes(request: web.Request, started: float) -> Answer:
         async with intake.turn(started):
             body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                return filter_answer(await intake.parse(body, Verb.FILTER), started)
+                # A performance pod's names are looked up to be filtered, and the lookup checks
+                # them too; a standard pod's are not, so a set checks them instead.
+                reading = intake.parse(body, Verb.FILTER, filter_names_distinct, is_performance_pod)
+                return filter_answer(await reading, started)
 
     def filter_answer(args: wire.ExtenderArgs, started: float) -> Answer:
         count = len(args.names)
@@ -248,20 +265,12 @@ def extender_app(
             return Answer(200, wire.pass_all_response(args), Outcome.INTERNAL_ERROR, count)
         return Answer(200, body, decided(Verb.FILTER, started, count), count)
 
-    def names_distinct(nodes: tuple[Any, ...]) -> bool:
-        try:
-            return placement.names_distinct(nodes) is True
-        except Exception as exc:  # the server checks the names itself
-            failures.internal(Verb.PRIORITIZE.value, exc, nodes=len(nodes))
-            return False
-
     async def prioritize(request: web.Request, started: float) -> Answer:
         async with intake.turn(started):
             body = await intake.read_body(request, started, limit_s)
             with _collector_paused():
-                # The names are looked up to be scored: the lookup checks them too (filter
-                # needs no lookup for a standard pod, so its names go into a set instead).
-                reading = intake.parse(body, Verb.PRIORITIZE, names_distinct)
+                # The names are looked up to be scored: the lookup checks them too.
+                reading = intake.parse(body, Verb.PRIORITIZE, prioritize_names_distinct)
                 return prioritize_answer(await reading, started)
 
     def prioritize_answer(args: wire.ExtenderArgs, started: float) -> Answer:

@@ -193,9 +193,25 @@ NamesCheck = Callable[[tuple[Any, ...]], bool]
 the names up anyway can tell (:meth:`joulie.core.score_table.ScoreTable.checked_rows`); False
 when it cannot say so, and then the names are checked here."""
 
+PodTest = Callable[[Mapping[str, Any]], bool]
+"""Whether a request's pod (as sent; ``{}`` when it is not an object) is one whose names are
+looked up anyway, so that a :data:`NamesCheck` is worth asking."""
+
+
+def _check_for(
+    top: Mapping[str, Any], distinct: NamesCheck | None, only_for: PodTest | None
+) -> NamesCheck | None:
+    if distinct is None or only_for is None:
+        return distinct
+    pod = go_field(top, "Pod")
+    return distinct if only_for(pod if isinstance(pod, Mapping) else {}) else None
+
 
 def _quick_names(
-    body: bytes, lists: NameLists, distinct: NamesCheck | None = None
+    body: bytes,
+    lists: NameLists,
+    distinct: NamesCheck | None = None,
+    only_for: PodTest | None = None,
 ) -> tuple[Any, NameList] | None:
     """The body's top-level object and its NodeNames, read in two parts and the names from
     ``lists`` when it holds them; None when the body does not split (then it is read whole)."""
@@ -209,6 +225,7 @@ def _quick_names(
     within_policy(top, head)  # the names are strings: only the rest can nest
     listed = lists.find(array)
     if listed is None:
+        distinct = _check_for(top, distinct, only_for)
         value = quick_decode(array)
         if not isinstance(value, list):
             return None
@@ -224,16 +241,21 @@ def _quick_names(
 
 
 def parse_args(
-    body: bytes, lists: NameLists | None = None, distinct: NamesCheck | None = None
+    body: bytes,
+    lists: NameLists | None = None,
+    distinct: NamesCheck | None = None,
+    only_for: PodTest | None = None,
 ) -> ExtenderArgs:
     """Read an ExtenderArgs body (filter and prioritize send the same); WireError if malformed.
     ``lists`` spares decoding and checking a NodeNames array read before; ``distinct`` checks a
-    new one (else a set of the names does)."""
-    quick = _quick_names(body, lists, distinct) if lists is not None else None
+    new one (else a set of the names does), for every pod or, with ``only_for``, for the pods it
+    names."""
+    quick = _quick_names(body, lists, distinct, only_for) if lists is not None else None
     if quick is not None:
         top, listed = quick
         return _args(top, listed)
-    return _args(as_object(decode(body), "the body"), None, distinct)
+    top = as_object(decode(body), "the body")
+    return _args(top, None, _check_for(top, distinct, only_for))
 
 
 def _args(

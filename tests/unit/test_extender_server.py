@@ -231,9 +231,13 @@ async def test_a_placement_that_keeps_every_node_passes_them_all(served: Served)
     )
 
 
-def go_body(names: list[Any]) -> str:
-    """A NodeNames-form body as Go writes it (compact, NodeNames last)."""
-    return json.dumps({"Pod": {}, "Nodes": None, "NodeNames": names}, separators=(",", ":"))
+PERFORMANCE_POD = {"metadata": {"annotations": {"joulie.io/workload-class": "performance"}}}
+
+
+def go_body(names: list[Any], pod: dict[str, Any] | None = None) -> str:
+    """A NodeNames-form body as Go writes it (compact, NodeNames last); the pod {} by default."""
+    args = {"Pod": pod or {}, "Nodes": None, "NodeNames": names}
+    return json.dumps(args, separators=(",", ":"))
 
 
 @pytest.mark.asyncio
@@ -248,37 +252,43 @@ def go_body(names: list[Any]) -> str:
     ],
 )
 @pytest.mark.parametrize("says", ["not distinct", "fails", "the set decides"])
-async def test_prioritize_names_are_checked_whatever_the_placement_says_of_them(
-    served: Served, names: list[Any], reason: str, says: str
+@pytest.mark.parametrize("verb", ["prioritize", "filter"])
+async def test_names_the_placement_looks_up_are_checked_whatever_it_says_of_them(
+    served: Served, names: list[Any], reason: str, says: str, verb: str
 ) -> None:
-    # Prioritize asks the placement, which looks the names up anyway, whether they are
-    # distinct; when it cannot tell (or fails), the names are checked as filter checks them.
-    # Either way a list kube-scheduler could not have sent is refused with its reason.
+    # Prioritize, and filter for a performance pod, ask the placement, which looks the names up
+    # anyway, whether they are distinct; when it cannot tell (or fails), the names are checked
+    # as a standard pod's filter checks them. Either way a list kube-scheduler could not have
+    # sent is refused with its reason.
     served.placement.distinct = {
         "not distinct": lambda nodes: False,  # as a placement that cannot tell answers too
         "fails": lambda nodes: 1 / 0 > 0,
         "the set decides": None,
     }[says]
     padded = [*names, *(f"node-{i:04d}" for i in range(300))]  # long enough to be remembered
-    body = go_body(padded)
-    status, text = await served.post("/prioritize", body)
+    body = go_body(padded, PERFORMANCE_POD)
+    status, text = await served.post(f"/{verb}", body)
     assert (status, served.placement.calls) == (400, [])
     assert reason in text
     assert served.placement.checked  # asked (again when the body is read whole for the reason)
     # The same body is refused again (a refused list is never remembered as checked).
-    status, text = await served.post("/prioritize", body)
+    status, text = await served.post(f"/{verb}", body)
     assert status == 400
     assert reason in text
 
 
 @pytest.mark.asyncio
-async def test_prioritize_asks_the_placement_to_check_new_names_and_filter_does_not(
-    served: Served,
-) -> None:
+async def test_the_placement_checks_the_new_names_it_looks_up_anyway(served: Served) -> None:
     names = [f"node-{i:04d}" for i in range(300)]
-    body = go_body(names)
-    status, answer = await served.post("/filter", body)
+    # A standard pod's filter looks no name up: a set checks them, the placement is not asked.
+    status, answer = await served.post("/filter", go_body(names))
     assert (status, answer["NodeNames"], served.placement.checked) == (200, names, [])
+    # A performance pod's filter looks each one up.
+    listed = names[5:] + names[:5]
+    status, answer = await served.post("/filter", go_body(listed, PERFORMANCE_POD))
+    assert (status, served.placement.checked) == (200, [tuple(listed)])
+    assert answer["NodeNames"] == [n for n in listed if n not in served.placement.eco]
+    served.placement.checked.clear()
     for i in range(2):
         listed = names[i:] + names[:i]
         body = go_body(listed)
@@ -367,7 +377,10 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
     real = wire.parse_args
 
     def slow_parse(
-        body: bytes, lists: wire.NameLists | None = None, distinct: wire.NamesCheck | None = None
+        body: bytes,
+        lists: wire.NameLists | None = None,
+        distinct: wire.NamesCheck | None = None,
+        only_for: wire.PodTest | None = None,
     ) -> wire.ExtenderArgs:
         started.set()
         # A long reading, until the loop has shown it is free (on the loop itself, nothing
@@ -375,7 +388,7 @@ async def test_a_large_body_is_read_while_the_loop_goes_on(
         released.append(release.wait(5))
         # The placement's state is the loop's: a body read on a thread goes unchecked by it.
         checked.append(distinct)
-        return real(body, lists, distinct)
+        return real(body, lists, distinct, only_for)
 
     monkeypatch.setattr(wire, "parse_args", slow_parse)
     client = await start(FakePlacement(eco=frozenset()))
@@ -508,10 +521,13 @@ async def test_time_spent_before_deciding_passes_every_node_without_asking(
     parse = wire.parse_args
 
     def slow_parse(
-        body: bytes, lists: wire.NameLists | None = None, distinct: wire.NamesCheck | None = None
+        body: bytes,
+        lists: wire.NameLists | None = None,
+        distinct: wire.NamesCheck | None = None,
+        only_for: wire.PodTest | None = None,
     ) -> wire.ExtenderArgs:
         served.clock.t += 2.5  # past the 2s default
-        return parse(body, lists, distinct)
+        return parse(body, lists, distinct, only_for)
 
     monkeypatch.setattr(wire, "parse_args", slow_parse)
     before = count("filter", "timeout"), count("prioritize", "timeout")

@@ -521,3 +521,32 @@ def test_a_pod_as_deep_as_the_policy_allows_is_read_and_one_level_more_is_refuse
     assert len(parse_args(deepest, lists).names) == 200
     with pytest.raises(WireError, match=f"nested deeper than {MAX_DEPTH} levels"):
         parse_args(names_body(MAX_DEPTH - 1), lists)
+
+
+@pytest.mark.parametrize("remembered", [True, False], ids=["split", "read whole"])
+def test_the_names_check_is_asked_only_for_the_pods_named(remembered: bool) -> None:
+    """A filter looks names up only for a performance pod: the names check that lookup gives
+    is asked for such a pod alone, however the body is read (a standard pod's names go into a
+    set, which needs no lookup)."""
+    names = [f"node-{i:04d}" for i in range(300)]
+    asked: list[tuple[Any, ...]] = []
+
+    def distinct(nodes: tuple[Any, ...]) -> bool:
+        asked.append(nodes)
+        return True
+
+    def performance(pod: Any) -> bool:
+        return pod.get("metadata", {}).get("name") == "perf"
+
+    for pod, expected in (({"metadata": {"name": "perf"}}, 1), ({}, 0), ([], 0)):
+        asked.clear()
+        body = go({"Pod": pod, "Nodes": None, "NodeNames": names})
+        lists = NameLists() if remembered else None
+        try:
+            args = parse_args(body, lists, distinct, performance)
+        except WireError:
+            assert pod == []  # not an object: refused, and asked of nobody
+            assert asked == []
+            continue
+        assert args.names == tuple(names)
+        assert len(asked) == expected
