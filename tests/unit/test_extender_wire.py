@@ -536,7 +536,7 @@ def test_the_names_check_is_asked_only_for_the_pods_named(remembered: bool) -> N
         return True
 
     def performance(pod: Any) -> bool:
-        return pod.get("metadata", {}).get("name") == "perf"
+        return bool(pod.get("metadata", {}).get("name") == "perf")
 
     for pod, expected in (({"metadata": {"name": "perf"}}, 1), ({}, 0), ([], 0)):
         asked.clear()
