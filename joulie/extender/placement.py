@@ -47,8 +47,10 @@ class CachePlacement:
         table = self.cache.table
         reasons = table.filter_reasons(nodes)
         # A node without a twin class goes by its profile label. Only those nodes are looked at,
-        # none where every node has a twin: a loop over all 5,000 names had taken 0.85 ms of a
-        # 6 ms performance-pod filter, with the manager's eco label on 3,900 of them.
+        # none where every node has a twin: a Python loop over every name, with the manager's
+        # eco label on most of them, had been one of three costs that took a performance pod's
+        # filter on 5,000 new names to 3.4-4.0 ms (2.6-3.1 without them, bench.prioritize
+        # --verb filter).
         if labels:
             # Whole Node objects: the label as sent.
             for i in table.unclassified(nodes):
