@@ -2,7 +2,7 @@
 
 Each reconcile does what the live manager does with the same ``core`` calls: the policy's plan
 (``core.policies.plan``) from the current power-profile labels and the performance pods running or
-pending; per node the downgrade guard, caps and governor presets (``core.intents.node_twin_spec``);
+pending; per node the downgrade guard, caps and governor presets (``core.intents.node_intent``);
 the control request the agent sends for that spec (``core.enforcement.control_request``),
 applied to the virtual node as the simulator's control endpoint applies it; and the twin of
 every node whose power moved (``core.twin``), handed to the extender's score table through
@@ -26,7 +26,7 @@ from joulie.api.enums import Profile, SchedulableClass
 from joulie.api.nodetwin import NodeTwinSpec
 from joulie.api.telemetry import ControlRequest
 from joulie.core.enforcement import apply_control, control_request
-from joulie.core.intents import IntentConfig, NodeIntent, node_twin_spec
+from joulie.core.intents import IntentConfig, NodeIntent, node_intent
 from joulie.core.policies import (
     ClassCaps,
     PlanNode,
@@ -183,12 +183,11 @@ class ControlLoop:
         model = self.fleet.groups[group]
         name = self.fleet.names[node]
         # The nodes of a group are alike: what the same inputs give is worked out once per
-        # group (the spec kept is the first asker's, whose node name nothing here reads).
+        # group (its spec unnamed: nothing here reads a node name from it).
         key = (group, inputs, self._policy_name, self._class_caps)
         found = self._intents.get(key)
         if found is None:
-            intent = node_twin_spec(
-                name,
+            intent = node_intent(
                 planned,
                 active_perf_pods=inputs[1],
                 gpu_count=model.view.gpu_count,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from joulie.api.enums import Profile
 from joulie.api.nodetwin import CpuSpec, GpuPowerCap, GpuSpec, NodeTwinSpec
 from joulie.core.caps import EffectiveCap, board_caps, effective_cap, spec_caps
-from joulie.core.intents import IntentConfig, gpu_cap_watts, node_twin_spec
+from joulie.core.intents import IntentConfig, gpu_cap_watts, node_intent
 
 # AMD Radeon PRO W7900 power-limit range, from the hardware catalog (min 200 W, max 295 W).
 W7900 = (200.0, 295.0)
@@ -80,8 +80,7 @@ def test_spec_caps_reads_both_device_classes() -> None:
 
 
 def test_the_manager_intent_for_a_w7900_node_resolves_to_what_the_agent_enforces() -> None:
-    intent = node_twin_spec(
-        "w7900-0",
+    intent = node_intent(
         Profile.ECO,
         active_perf_pods=0,
         gpu_count=4,

@@ -39,8 +39,8 @@ from joulie.core.intents import (
     gpu_cap_watts,
     is_active_performance_pod,
     max_running_pod_gpus,
+    named,
     node_intent,
-    node_twin_spec,
     spec_wire,
     transition_event,
 )
@@ -81,10 +81,10 @@ INTENT_DEFAULTS: dict[str, Any] = {
 
 
 def intent(**overrides: Any) -> NodeIntent:
-    """node_twin_spec for the spec's GPU node with defaults, checking the output is a valid spec."""
+    """The named intent of the spec's GPU node with defaults, checking it is a valid spec."""
     args: dict[str, Any] = {**INTENT_DEFAULTS, "config": IntentConfig()}
     args.update(overrides)
-    result = node_twin_spec(NODE, **args)
+    result = named(node_intent(**args), NODE)
     wire = result.spec.to_wire()
     assert NodeTwinSpec.model_validate(wire) == result.spec
     return result
@@ -864,7 +864,7 @@ def test_class_caps_may_cap_the_node_cpu_while_every_pod_on_it_is_standard() -> 
 def test_alike_nodes_share_their_spec_parts_and_keep_their_own_names() -> None:
     config = IntentConfig()
     a = intent(config=config)
-    b = node_twin_spec("other-node", **{**INTENT_DEFAULTS, "config": config})
+    b = named(node_intent(**{**INTENT_DEFAULTS, "config": config}), "other-node")
     assert a.spec.cpu is b.spec.cpu
     assert a.spec.gpu is b.spec.gpu
     assert a.spec.policy is b.spec.policy
@@ -882,9 +882,10 @@ def test_an_unnamed_intent_is_shared_and_written_with_the_nodes_name() -> None:
     shared = node_intent(**args)
     assert node_intent(**args) is shared
     assert shared.spec.node_name == UNNAMED
-    named = node_twin_spec(NODE, **args)
-    assert spec_wire(shared, NODE) == named.spec.to_wire()
-    assert named.schedulable_class is shared.schedulable_class
+    for_node = named(shared, NODE)
+    assert spec_wire(shared, NODE) == for_node.spec.to_wire()
+    assert for_node.spec.node_name == NODE
+    assert for_node.schedulable_class is shared.schedulable_class
     # A decision that differs is another instance.
     performance = node_intent(**{**args, "planned_profile": Profile.PERFORMANCE})
     assert performance is not shared

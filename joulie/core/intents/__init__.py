@@ -3,7 +3,7 @@ schedulable class, after the downgrade guard; plus the AgentReporting condition.
 
 Everything here is pure. The manager shell gathers the inputs from its informer caches (the
 planned profile from the policy, the node's labels and NodeHardware, counts over the node's pods)
-and calls :func:`node_twin_spec` once per node.
+and calls :func:`node_intent` once per node (alike nodes share its result).
 
 Decisions taken where the spec leaves room (each one is pinned by a unit test):
 
@@ -70,7 +70,7 @@ from joulie.core.intents.guard import (
     downgrade_guard,
     transition_event,
 )
-from joulie.core.intents.node import UNNAMED, NodeIntent, node_intent, node_twin_spec, spec_wire
+from joulie.core.intents.node import UNNAMED, NodeIntent, named, node_intent, spec_wire
 from joulie.core.intents.pods import (
     MULTI_GPU_POD_MIN_GPUS,
     is_active_performance_pod,
@@ -110,8 +110,8 @@ __all__ = [
     "is_running_pod",
     "lookup_model",
     "max_running_pod_gpus",
+    "named",
     "node_intent",
-    "node_twin_spec",
     "spec_wire",
     "transition_event",
     "uses_multi_gpu",

@@ -43,41 +43,14 @@ class NodeIntent(NamedTuple):
         return self.schedulable_class is SchedulableClass.DRAINING
 
 
-def node_twin_spec(
-    node_name: str,
-    planned_profile: Profile,
-    *,
-    active_perf_pods: int,
-    gpu_count: int,
-    hardware: NodeHardwareStatus | None,
-    labels: Mapping[str, str],
-    catalog_gpu_range: CapRange | None,
-    running_pod_max_gpus: int,
-    policy_name: str | None,
-    config: IntentConfig,
-    class_caps: ClassCaps | None = None,
-    gpu_optimal_cap_w: float | None = None,
-) -> NodeIntent:
-    """NodeTwin.spec and the schedulable class of the node ``node_name``, after the downgrade
-    guard: :func:`node_intent` (see it for the arguments), its spec named."""
-    intent = node_intent(
-        planned_profile,
-        active_perf_pods=active_perf_pods,
-        gpu_count=gpu_count,
-        hardware=hardware,
-        labels=labels,
-        catalog_gpu_range=catalog_gpu_range,
-        running_pod_max_gpus=running_pod_max_gpus,
-        policy_name=policy_name,
-        config=config,
-        class_caps=class_caps,
-        gpu_optimal_cap_w=gpu_optimal_cap_w,
-    )
+def named(intent: NodeIntent, node_name: str) -> NodeIntent:
+    """``intent`` (a :func:`node_intent`, shared by alike nodes) with its spec named for the node
+    ``node_name``: NodeTwin.spec as an object, where :func:`spec_wire` writes it."""
     spec = intent.spec
-    named = NodeTwinSpec(
+    spec = NodeTwinSpec(
         node_name=node_name, profile=spec.profile, cpu=spec.cpu, gpu=spec.gpu, policy=spec.policy
     )
-    return NodeIntent(named, intent.schedulable_class)
+    return NodeIntent(spec, intent.schedulable_class)
 
 
 UNNAMED: Final = "-"
@@ -107,7 +80,7 @@ def node_intent(
     """NodeTwin.spec and the schedulable class of one node, after the downgrade guard, without
     the node's name: one instance, spec included, for every node whose inputs are the same (the
     spec's nodeName is :data:`UNNAMED`; :func:`spec_wire` writes it named, and
-    :func:`node_twin_spec` names it).
+    :func:`named` names it).
 
     ``gpu_count`` is the node's GPU count from the manager's hardware view (NodeHardware, else
     labels or allocatable GPUs); a node with GPUs gets the GPU rules. ``hardware`` is the node's
