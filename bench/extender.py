@@ -31,6 +31,9 @@ its debug view must show fresh, non-neutral terms.
    and the bindings are watched; pods/s is counted from the first binding to the last. Once
    without the extender and once with each shipped configuration's entry (``example``: filter,
    prioritize and preempt; ``prioritize-only``: no filter, for class_caps), ``--rounds`` times.
+   The ``-null`` setups point the same entry at ``bench/nullextender`` (Go's standard library,
+   built with ``go build``), which reads each body and answers that every node passes and none
+   scores: what the calls alone cost kube-scheduler on the machine, whatever the extender.
    Every process's CPU time per pod, kube-scheduler's own metrics and the extender's request
    histogram show where a pod's time goes. The extender is no longer pinned here: everything
    shares both cores, as a control-plane node's processes would.
@@ -99,6 +102,9 @@ class Setup:
     placement_policy: bool = False
     """manifests/placement in force while the pods are created: the performance pods carry the
     node affinity that keeps them off eco nodes."""
+    null_extender: bool = False
+    """The entry points at bench/nullextender instead of Joulie: what the same calls cost
+    kube-scheduler when the extender decides nothing (the floor for any extender)."""
 
 
 SETUPS = {
@@ -108,6 +114,14 @@ SETUPS = {
         Setup("example", EXTENDER_CONFIG),
         Setup("prioritize-only", PRIORITIZE_ONLY_CONFIG),
         Setup("prioritize-only+placement", PRIORITIZE_ONLY_CONFIG, placement_policy=True),
+        Setup("example-null", EXTENDER_CONFIG, null_extender=True),
+        Setup("prioritize-only-null", PRIORITIZE_ONLY_CONFIG, null_extender=True),
+        Setup(
+            "prioritize-only+placement-null",
+            PRIORITIZE_ONLY_CONFIG,
+            placement_policy=True,
+            null_extender=True,
+        ),
     )
 }
 
@@ -430,6 +444,53 @@ async def measure_latency(
 
 
 GO_CLIENT = Path(__file__).resolve().parent / "goclient"
+NULL_EXTENDER = Path(__file__).resolve().parent / "nullextender"
+
+
+def go_build(source: Path, binary: Path, needed_by: str) -> None:
+    """``go build`` of the standard-library-only Go program in ``source`` into ``binary``."""
+    env = os.environ | {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    try:
+        subprocess.run(
+            ["go", "build", "-o", str(binary), "."],
+            cwd=source,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    except FileNotFoundError:
+        raise SystemExit(f"{needed_by} needs the go command (hack/ builds with it)") from None
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"go build {source}: {exc.stderr.decode()[-2000:]}") from None
+
+
+class NullExtender:
+    """bench/nullextender, built into ``work`` and serving on a free loopback port."""
+
+    def __init__(self, work: Path) -> None:
+        binary = work / "nullextender"
+        go_build(NULL_EXTENDER, binary, "the -null setups")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [str(binary), "-addr", f"127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        wait(self._healthy, 30, "bench/nullextender to serve")
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise SystemExit(f"bench/nullextender exited with {self.process.returncode}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
 
 
 class GoClient:
@@ -439,19 +500,7 @@ class GoClient:
     def __init__(self, work: Path) -> None:
         self.work = work
         self.binary = work / "goclient"
-        env = os.environ | {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-        try:
-            subprocess.run(
-                ["go", "build", "-o", str(self.binary), "."],
-                cwd=GO_CLIENT,
-                env=env,
-                check=True,
-                capture_output=True,
-            )
-        except FileNotFoundError:
-            raise SystemExit("--go-client needs the go command (hack/ builds with it)") from None
-        except subprocess.CalledProcessError as exc:
-            raise SystemExit(f"go build {GO_CLIENT}: {exc.stderr.decode()[-2000:]}") from None
+        go_build(GO_CLIENT, self.binary, "--go-client")
 
     def time(self, url: str, verb: str, bodies: list[bytes], count: int) -> dict[str, Any]:
         folder = self.work / "goclient-bodies"
@@ -634,6 +683,7 @@ class Scheduler:
         extender_url: str,
         setup: Setup,
         cpus: set[int] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         config = cluster.scheduler_config()
@@ -658,7 +708,9 @@ class Scheduler:
         if cpus is not None:
             argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
 
     def metrics(self) -> str:
         response = httpx.get(f"https://127.0.0.1:{self.port}/metrics", verify=False, timeout=30)
@@ -875,12 +927,14 @@ def schedule_once(
     pids: Mapping[str, int],
     profile_s: float = 0.0,
     scheduler_cpus: set[int] | None = None,
+    scheduler_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One measurement: ``count`` pods created with kube-scheduler stopped, then kube-scheduler
     started as ``setup`` says (its extender entry pointed at ``extender_url``) until all are
     bound. ``pids``: processes whose CPU time over the binding window is reported
     (kube-scheduler's is added). ``profile_s``: take kube-scheduler's CPU profile for that long
-    from the first binding."""
+    from the first binding. ``scheduler_env``: added to kube-scheduler's environment (Go's
+    GOGC, GODEBUG=gctrace=1)."""
     namespace = f"bench-extender-{uuid.uuid4().hex[:6]}"
     namespace_up(cluster, namespace)
     scheduler: Scheduler | None = None
@@ -902,7 +956,7 @@ def schedule_once(
         since = listed["metadata"]["resourceVersion"]
         before_ext = histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS)
         started = time.perf_counter()
-        scheduler = Scheduler(cluster, work, extender_url, setup, scheduler_cpus)
+        scheduler = Scheduler(cluster, work, extender_url, setup, scheduler_cpus, scheduler_env)
         watched = {**pids, "kube-scheduler": scheduler.process.pid}
         cpu0: dict[str, float] = {}
         others: list[OtherLoad] = []
@@ -920,6 +974,7 @@ def schedule_once(
             thread.join()
         times = sorted(bound.values())
         window = times[-1] - times[0]
+        joulie_called = setup.config is not None and not setup.null_extender
         result: dict[str, Any] = {
             "extender": setup.config is not None,
             "configuration": setup.name,
@@ -935,7 +990,7 @@ def schedule_once(
         }
         sched = histograms(scheduler.metrics(), SCHEDULER_HISTOGRAMS)
         result["scheduler_mean_ms"] = means(sched)
-        if setup.config is not None:
+        if joulie_called:
             served = delta(histograms(ext_metrics(ext), EXTENDER_HISTOGRAMS), before_ext)
             durations = {k: v for k, v in served.items() if "duration" in k}
             result["extender_server_mean_ms"] = means(durations)
@@ -1106,14 +1161,20 @@ def measure_scheduler(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     leftovers(cluster)
+    setups = [SETUPS[name] for name in args.setups]
+    null: NullExtender | None = None
     readiness = NodeReadiness(cluster, nodes)
     out["nodes_made_ready"] = len(readiness.before)
     try:
+        if any(s.null_extender for s in setups):
+            null = NullExtender(work)
         t0 = time.monotonic()
         readiness.make_ready()
         out["make_ready_s"] = round(time.monotonic() - t0, 1)
         pids = {name: c.pid for name, c in cluster.components.items() if c.pid is not None}
         pids |= {"manager": mgr.process.pid, "extender": ext.process.pid}
+        if null is not None:
+            pids["null-extender"] = null.process.pid
         scheduler_cpus: set[int] | None = None
         if args.extender_own_core:
             # The extender on a core of its own, as in a cluster where it runs on a node other
@@ -1122,15 +1183,17 @@ def measure_scheduler(
             # ratio shows what the calls cost kube-scheduler's cycle, not the extender's CPU.
             scheduler_cpus = {LOAD_CPU}
             for name, pid in pids.items():
-                pin(pid, {EXTENDER_CPU} if name == "extender" else scheduler_cpus)
+                extender = name in ("extender", "null-extender")
+                pin(pid, {EXTENDER_CPU} if extender else scheduler_cpus)
             os.sched_setaffinity(0, scheduler_cpus)
         else:
             # kube-scheduler, the API server, etcd, the manager and the extender share both
             # cores, as they would share a control-plane node: the extender is no longer pinned.
             pin(ext.process.pid, ALL_CPUS)
+            if null is not None:
+                pin(null.process.pid, ALL_CPUS)
         out["extender_own_core"] = bool(args.extender_own_core)
         runs = []
-        setups = [SETUPS[name] for name in args.setups]
         for _ in range(args.rounds):
             for setup in setups:
                 runs.append(
@@ -1140,11 +1203,12 @@ def measure_scheduler(
                         args.pods,
                         args.performance_every,
                         setup,
-                        url,
+                        null.url if null is not None and setup.null_extender else url,
                         ext,
                         pids,
                         args.scheduler_profile,
                         scheduler_cpus,
+                        dict(args.scheduler_env),
                     )
                 )
         out["runs"] = runs
@@ -1161,6 +1225,8 @@ def measure_scheduler(
             for pid in pids.values():
                 pin(pid, ALL_CPUS)
             os.sched_setaffinity(0, ALL_CPUS)
+        if null is not None:
+            null.stop()
         t0 = time.monotonic()
         readiness.restore()
         out["restore_s"] = round(time.monotonic() - t0, 1)
@@ -1276,6 +1342,15 @@ def main() -> None:
         metavar="S",
         help="take kube-scheduler's CPU profile for S seconds from each run's first binding "
         "(pprof-*.pb.gz in the bench cluster's bench-extender folder; go tool pprof -top)",
+    )
+    parser.add_argument(
+        "--scheduler-env",
+        type=lambda text: tuple(text.split("=", 1)),
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="add to kube-scheduler's environment in every setup (e.g. GOGC=400, "
+        "GODEBUG=gctrace=1: its log then has a line per collection); repeatable",
     )
     parser.add_argument(
         "--go-client",

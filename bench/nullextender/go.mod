@@ -1,0 +1,3 @@
+module joulie/bench/nullextender
+
+go 1.22
