@@ -3,7 +3,8 @@ requests/s on one core, and kube-scheduler's throughput with and without the ext
 
     python -m bench.extender [--requests 2000] [--full-requests 200] [--seconds 15]
         [--concurrency 8] [--pods 2000] [--performance-every 4] [--rounds 1] [--json FILE]
-        [--skip-scheduler | --only-scheduler] [--go-client]
+        [--skip-scheduler | --only-scheduler] [--go-client] [--setups NAME,...]
+        [--scheduler-env NAME=VALUE] [--scheduler-profile S]
 
 Reuses the benchmark cluster of bench.informer (JOULIE_BENCH_CLUSTER_DIR; run that first). The
 manager (static_partition, 20 % performance, NODE_POWER_SOURCE=static) and the extender run as
@@ -1292,7 +1293,7 @@ def report(figures: Mapping[str, Any]) -> None:
                 f"({r['cpu_share_of_2_cores']} of both cores busy with these, "
                 f"{r['other_cpu_share']} with other processes)"
             )
-            if r["extender"]:
+            if "extender_server_mean_ms" in r:  # Joulie's extender was called (not a -null setup)
                 print(f"    extender, mean ms per call: {r['extender_server_mean_ms']}")
                 print(f"    extender, nodes per call: {r['extender_nodes_per_request']}")
         for key, value in sched.items():
@@ -1377,9 +1378,10 @@ def main() -> None:
         figures = run(args, cluster, work)
     finally:
         cluster.down()
-    report(figures)
+    # Written first: a figure the report cannot print must not lose the run's figures.
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+    report(figures)
 
 
 if __name__ == "__main__":
