@@ -38,40 +38,33 @@ type preemptionResult struct {
 	NodeNameToMetaVictims map[string]json.RawMessage
 }
 
-func answer(w http.ResponseWriter, value any) {
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(value); err != nil {
-		log.Printf("writing the answer: %v", err)
+// verb decodes each body into an A and writes what answer makes of it.
+func verb[A any](answer func(A) any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var args A
+		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(answer(args)); err != nil {
+			log.Printf("writing the answer: %v", err)
+		}
 	}
 }
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "address to serve on")
 	flag.Parse()
-	http.HandleFunc("POST /filter", func(w http.ResponseWriter, r *http.Request) {
-		var args extenderArgs
-		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		answer(w, filterResult{NodeNames: args.NodeNames})
-	})
-	http.HandleFunc("POST /prioritize", func(w http.ResponseWriter, r *http.Request) {
-		var args extenderArgs
-		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		answer(w, []struct{}{})
-	})
-	http.HandleFunc("POST /preempt", func(w http.ResponseWriter, r *http.Request) {
-		var args preemptionArgs
-		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		answer(w, preemptionResult{NodeNameToMetaVictims: args.NodeNameToMetaVictims})
-	})
+	http.HandleFunc("POST /filter", verb(func(args extenderArgs) any {
+		return filterResult{NodeNames: args.NodeNames}
+	}))
+	http.HandleFunc("POST /prioritize", verb(func(extenderArgs) any {
+		return []struct{}{}
+	}))
+	http.HandleFunc("POST /preempt", verb(func(args preemptionArgs) any {
+		return preemptionResult{NodeNameToMetaVictims: args.NodeNameToMetaVictims}
+	}))
 	http.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
