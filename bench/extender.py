@@ -1164,6 +1164,7 @@ def measure_scheduler(
     leftovers(cluster)
     setups = [SETUPS[name] for name in args.setups]
     null: NullExtender | None = None
+    pids: dict[str, int] = {}
     readiness = NodeReadiness(cluster, nodes)
     out["nodes_made_ready"] = len(readiness.before)
     try:
