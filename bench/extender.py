@@ -1303,6 +1303,25 @@ def report(figures: Mapping[str, Any]) -> None:
         print(f"({sched['nodes_made_ready']} nodes made Ready for it, restored after)")
 
 
+def setup_names(text: str) -> list[str]:
+    """``--setups``: names of SETUPS, comma-separated (a name may come twice)."""
+    names = text.split(",")
+    unknown = [name for name in names if name not in SETUPS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown setup {unknown[0]!r} (known: {', '.join(SETUPS)})"
+        )
+    return names
+
+
+def env_entry(text: str) -> tuple[str, str]:
+    """``--scheduler-env``: NAME=VALUE."""
+    name, equals, value = text.partition("=")
+    if not (name and equals):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000, help="per case, node-name bodies")
@@ -1327,7 +1346,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--setups",
-        type=lambda text: text.split(","),
+        type=setup_names,
         default=list(SETUPS),
         help=f"kube-scheduler's setups, in order, comma-separated ({','.join(SETUPS)}; "
         "'none' is needed for the ratios)",
@@ -1347,7 +1366,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--scheduler-env",
-        type=lambda text: tuple(text.split("=", 1)),
+        type=env_entry,
         action="append",
         default=[],
         metavar="NAME=VALUE",
