@@ -77,12 +77,18 @@ def test_unverifiable_certificate_is_a_tls_error(cluster: LocalCluster, tmp_path
 
 
 def test_missing_permission_is_403_naming_the_resource(cluster: LocalCluster) -> None:
-    # The simulator's ServiceAccount may list nodes and pods but not NodeHardware, which the
-    # plan needs (every agent role now lists pods: class_caps reads their class).
+    # The simulator's ServiceAccount may list nodes and pods but neither NodeHardware nor
+    # NodeTwins, which the plan needs (every agent role now lists pods: class_caps reads their
+    # class). The informers list at once, so either refusal may be the first seen and reported;
+    # whichever it is, the line names it as the API server did.
     line, took = plan_live(cluster.role_kubeconfig("simulator"))
+    prefix = f"joulie: kubeconfig {cluster.role_kubeconfig('simulator')}: cannot list "
+    assert line.startswith(prefix)
+    resource = line[len(prefix) :].split(":", 1)[0]
+    assert resource in ("nodehardwares", "nodetwins"), line
     assert line.startswith(
-        f"joulie: kubeconfig {cluster.role_kubeconfig('simulator')}: cannot list "
-        f"nodehardwares: the API server at {cluster.server} denied access (403 Forbidden): "
+        f"{prefix}{resource}: the API server at {cluster.server} denied access (403 Forbidden): "
     )
+    assert f'cannot list resource "{resource}" in API group "joulie.io"' in line
     assert "system:serviceaccount:joulie-system:joulie-simulator" in line
     assert took < BOUND_S
