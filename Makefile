@@ -41,7 +41,7 @@ binaries:
 # and every option on (helm is built by `make binaries`; tests/kube/test_helm_chart.py holds the
 # chart and manifests/ equal, tests/e2e/test_helm_install.py installs it).
 HELM = $(shell hack/build-binaries.sh --print-bin-dir)/helm
-CHART_ALL_ON := agentPool.enabled=true,simulator.enabled=true,manager.lifecycleRBAC.kwok=true,manager.lifecycleRBAC.clusterApi=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,namespace.create=true,scheduler.enabled=true,scheduler.podDisruptionBudget.enabled=true,grafanaDashboard.enabled=true,performancePlacement.enabled=true
+CHART_ALL_ON := agentPool.enabled=true,simulator.enabled=true,manager.lifecycleRBAC.kwok=true,manager.lifecycleRBAC.clusterApi=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,namespace.create=true,scheduler.enabled=true,scheduler.podDisruptionBudget.enabled=true,grafanaDashboard.enabled=true,performancePlacement.enabled=true,performanceFilter.enabled=true
 chart-lint: binaries
 	$(HELM) lint --strict charts/joulie
 	$(HELM) lint --strict charts/joulie --values charts/joulie/ci/kwok-values.yaml

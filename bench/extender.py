@@ -30,8 +30,10 @@ its debug view must show fresh, non-neutral terms.
    and no not-ready taint; both put back as they were at the end), ``--pods`` small pending pods
    are created in a fresh namespace with kube-scheduler stopped, then kube-scheduler is started
    and the bindings are watched; pods/s is counted from the first binding to the last. Once
-   without the extender and once with each shipped configuration's entry (``example``: filter,
-   prioritize and preempt; ``prioritize-only``: no filter, for class_caps), ``--rounds`` times.
+   without the extender and once with each shipped configuration's entries (``example``: filter,
+   prioritize and preempt; ``prioritize-only``: no filter, for class_caps, and with
+   manifests/placement in force; ``performance-filter``: the filter for performance pods
+   alone, with manifests/performance-filter in force), ``--rounds`` times.
    The ``-null`` setups point the same entry at ``bench/nullextender`` (Go's standard library,
    built with ``go build``), which reads each body and answers that every node passes and none
    scores: what the calls alone cost kube-scheduler on the machine, whatever the extender.
@@ -73,11 +75,13 @@ from bench.manager import percentile
 from hack.cluster.runner import (
     EXTENDER_CONFIG,
     FEATURE_GATES,
+    PERFORMANCE_FILTER_CONFIG,
+    PERFORMANCE_FILTER_POLICY,
     PLACEMENT_POLICY,
     PRIORITIZE_ONLY_CONFIG,
     LocalCluster,
     free_port,
-    manifest_extender,
+    manifest_extenders,
 )
 from joulie.api import keys
 
@@ -100,9 +104,10 @@ class Setup:
     name: str
     config: Path | None
     """The shipped configuration whose extender entry kube-scheduler gets; None: no extender."""
-    placement_policy: bool = False
-    """manifests/placement in force while the pods are created: the performance pods carry the
-    node affinity that keeps them off eco nodes."""
+    policy: Path | None = None
+    """An admission policy (kustomize directory) in force while the pods are created:
+    manifests/placement (the performance pods carry the node affinity that keeps them off eco
+    nodes) or manifests/performance-filter (they carry the resource the filter entry manages)."""
     null_extender: bool = False
     """The entry points at bench/nullextender instead of Joulie: what the same calls cost
     kube-scheduler when the extender decides nothing (the floor for any extender)."""
@@ -114,13 +119,20 @@ SETUPS = {
         Setup("none", None),
         Setup("example", EXTENDER_CONFIG),
         Setup("prioritize-only", PRIORITIZE_ONLY_CONFIG),
-        Setup("prioritize-only+placement", PRIORITIZE_ONLY_CONFIG, placement_policy=True),
+        Setup("prioritize-only+placement", PRIORITIZE_ONLY_CONFIG, PLACEMENT_POLICY),
+        Setup("performance-filter", PERFORMANCE_FILTER_CONFIG, PERFORMANCE_FILTER_POLICY),
         Setup("example-null", EXTENDER_CONFIG, null_extender=True),
         Setup("prioritize-only-null", PRIORITIZE_ONLY_CONFIG, null_extender=True),
         Setup(
             "prioritize-only+placement-null",
             PRIORITIZE_ONLY_CONFIG,
-            placement_policy=True,
+            PLACEMENT_POLICY,
+            null_extender=True,
+        ),
+        Setup(
+            "performance-filter-null",
+            PERFORMANCE_FILTER_CONFIG,
+            PERFORMANCE_FILTER_POLICY,
             null_extender=True,
         ),
     )
@@ -689,7 +701,7 @@ class Scheduler:
         self.port = free_port()
         config = cluster.scheduler_config()
         if setup.config is not None:
-            config["extenders"] = [manifest_extender(extender_url, setup.config)]
+            config["extenders"] = manifest_extenders(extender_url, setup.config)
         name = setup.name
         path = work / f"scheduler-{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -743,20 +755,21 @@ class Scheduler:
 
 
 @contextlib.contextmanager
-def placement_policy(cluster: LocalCluster, namespace: str) -> Iterator[None]:
-    """manifests/placement applied and in force (a performance pod's dry run in ``namespace``
-    gets its node affinity), removed afterwards."""
-    cluster.kubectl("apply", "-k", str(PLACEMENT_POLICY))
+def admission_policy(cluster: LocalCluster, namespace: str, policy: Path) -> Iterator[None]:
+    """The admission policy of the kustomize directory ``policy`` applied and in force (a
+    performance pod's dry run in ``namespace`` comes back changed), removed afterwards."""
+    probe = small_pod(0, 1)
+    unchanged = cluster.admitted(namespace, probe)["spec"]
+    cluster.kubectl("apply", "-k", str(policy))
     try:
-        probe = small_pod(0, 1)
         wait(
-            lambda: "affinity" in cluster.admitted(namespace, probe)["spec"],
+            lambda: cluster.admitted(namespace, probe)["spec"] != unchanged,
             60,
-            "the placement policy to be in force",
+            f"the admission policy of {policy.name} to be in force",
         )
         yield
     finally:
-        cluster.kubectl("delete", "-k", str(PLACEMENT_POLICY), "--ignore-not-found")
+        cluster.kubectl("delete", "-k", str(policy), "--ignore-not-found")
 
 
 BUDGET_BUCKET = "le=0.005"
@@ -942,8 +955,8 @@ def schedule_once(
     try:
         t0 = time.monotonic()
         with (
-            placement_policy(cluster, namespace)
-            if setup.placement_policy
+            admission_policy(cluster, namespace, setup.policy)
+            if setup.policy is not None
             else contextlib.nullcontext()
         ):
             cluster.create_objects(

@@ -420,7 +420,7 @@ class LocalCluster:
         the project's manifest ``config`` configures it (by default manifests/extender/
         kube-scheduler-config.example.yaml); None restarts it without extenders."""
         self.scheduler_extenders = (
-            [] if url_prefix is None else [manifest_extender(url_prefix, config or EXTENDER_CONFIG)]
+            [] if url_prefix is None else manifest_extenders(url_prefix, config or EXTENDER_CONFIG)
         )
         self.stop_component("scheduler")
         self._write_scheduler_config()
@@ -673,13 +673,25 @@ draining, or with ``PLACEMENT_POLICY`` in force."""
 PLACEMENT_POLICY = _MANIFESTS.parent / "placement"
 """The admission policy that gives performance pods a node affinity keeping them off eco nodes
 (kustomize directory)."""
+PERFORMANCE_FILTER_CONFIG = _MANIFESTS / "kube-scheduler-config.performance-filter.example.yaml"
+"""The shipped configuration calling the filter for performance pods alone (two entries), with
+``PERFORMANCE_FILTER_POLICY`` in force."""
+PERFORMANCE_FILTER_POLICY = _MANIFESTS.parent / "performance-filter"
+"""The admission policy that marks performance pods with the extended resource the filter entry
+of ``PERFORMANCE_FILTER_CONFIG`` manages (kustomize directory)."""
+
+
+def manifest_extenders(url_prefix: str, config: Path = EXTENDER_CONFIG) -> list[dict[str, Any]]:
+    """The Joulie entries of a shipped KubeSchedulerConfiguration, each pointed at
+    ``url_prefix`` (a local extender instead of the in-cluster Service)."""
+    entries = yaml.safe_load(config.read_text())["extenders"]
+    return [{**entry, "urlPrefix": url_prefix} for entry in entries]
 
 
 def manifest_extender(url_prefix: str, config: Path = EXTENDER_CONFIG) -> dict[str, Any]:
-    """The Joulie entry of a shipped KubeSchedulerConfiguration, pointed at ``url_prefix``
-    (a local extender instead of the in-cluster Service)."""
-    (extender,) = yaml.safe_load(config.read_text())["extenders"]
-    return {**extender, "urlPrefix": url_prefix}
+    """The one Joulie entry of a shipped KubeSchedulerConfiguration that has one."""
+    (extender,) = manifest_extenders(url_prefix, config)
+    return extender
 
 
 def _audit_policy() -> dict[str, Any]:

@@ -26,6 +26,11 @@ WORKLOAD_CLASS_ANNOTATION: Final = "joulie.io/workload-class"
 PERFORMANCE_PRIORITY_CLASS: Final = "joulie-performance"
 PERFORMANCE_PRIORITY: Final = 1000
 
+# The extended resource manifests/performance-filter gives performance pods (one unit, nothing
+# provides or counts it), so that kube-scheduler calls the extender's filter for them alone
+# (managedResources in kube-scheduler-config.performance-filter.example.yaml).
+PERFORMANCE_POD_RESOURCE: Final = "joulie.io/performance-pod"
+
 # Node label written by the controller manager: the supply side of the contract.
 POWER_PROFILE_LABEL: Final = "joulie.io/power-profile"
 # Node label an operator sets to "true" to keep a node out of Joulie's plan.

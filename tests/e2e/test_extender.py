@@ -21,10 +21,13 @@ import httpx
 import pytest
 
 from hack.cluster.runner import (
+    PERFORMANCE_FILTER_CONFIG,
+    PERFORMANCE_FILTER_POLICY,
     PRIORITIZE_ONLY_CONFIG,
     LocalCluster,
     free_port,
     manifest_extender,
+    manifest_extenders,
 )
 from joulie.api import keys
 from joulie.api.inventory import load_inventory
@@ -317,6 +320,62 @@ def test_the_prioritize_only_configuration_steers_without_a_filter_call(
     assert after_filters == filters  # not one filter call
     assert after_prioritized >= prioritized + 40
     assert sum(node in eco for node in where.values()) / 40 >= 0.75
+
+
+def test_the_performance_filter_configuration_filters_performance_pods_alone(
+    cluster: LocalCluster, nodes: list[str], extender: Extender, namespace: str
+) -> None:
+    """With manifests/performance-filter in force, kube-scheduler configured as
+    kube-scheduler-config.performance-filter.example.yaml calls the filter once per performance
+    pod and never for a standard one, still keeps every performance pod off the eco nodes, and
+    still takes Joulie's scores for all."""
+    (shipped,) = manifest_extenders(extender.url)
+    filtering, scoring = manifest_extenders(extender.url, PERFORMANCE_FILTER_CONFIG)
+    # The example's entry split by verb; only the filter's is limited to marked pods.
+    managed = filtering.pop("managedResources")
+    assert managed == [{"name": keys.PERFORMANCE_POD_RESOURCE, "ignoredByScheduler": True}]
+    verbs = {"filterVerb", "prioritizeVerb", "preemptVerb", "weight"}
+    assert {k: v for k, v in shipped.items() if k not in verbs - {"filterVerb"}} == filtering
+    assert {k: v for k, v in shipped.items() if k != "filterVerb"} == scoring
+    perf, eco = planned(cluster, nodes)
+
+    def count(verb: str) -> float:
+        return extender.process.metric("joulie_extender_requests_total", verb=verb, outcome="ok")
+
+    cluster.kubectl("apply", "-k", str(PERFORMANCE_FILTER_POLICY))
+    try:
+        wait_until(
+            lambda: (
+                keys.PERFORMANCE_POD_RESOURCE
+                in cluster.admitted(namespace, pod("probe", performance=True))["spec"][
+                    "containers"
+                ][0]["resources"].get("requests", {})
+            ),
+            60,
+            "the performance-filter policy to be in force",
+        )
+        cluster.use_extender(extender.url, config=PERFORMANCE_FILTER_CONFIG)
+        filters, prioritized = count("filter"), count("prioritize")
+        create_pods(
+            cluster, namespace, [pod(f"split-std-{i}", performance=False) for i in range(30)]
+        )
+        standard = all_bound(cluster, namespace, 30, "split-std")
+        after_standard = count("filter")
+        create_pods(
+            cluster, namespace, [pod(f"split-perf-{i}", performance=True) for i in range(30)]
+        )
+        performance = all_bound(cluster, namespace, 30, "split-perf")
+        after_performance, after_prioritized = count("filter"), count("prioritize")
+    finally:
+        cluster.use_extender(extender.url)
+        cluster.kubectl(
+            "delete", "-k", str(PERFORMANCE_FILTER_POLICY), "--ignore-not-found", "--wait=false"
+        )
+    assert after_standard == filters  # not one filter call for 30 standard pods
+    assert after_performance >= filters + 30  # one (or more, on a retry) per performance pod
+    assert after_prioritized >= prioritized + 60  # every pod scored
+    assert set(performance.values()) <= perf, set(performance.values()) & eco
+    assert set(standard.values()) <= perf | eco
 
 
 def test_scheduling_goes_on_without_the_extender_and_steering_resumes(

@@ -15,8 +15,9 @@ What the comparison leaves out, and why (nothing else):
 - comments in a ConfigMap's YAML file (joulie-scheduler's configuration): such values are
   compared as the YAML they hold.
 
-``scheduler.enabled=true`` adds manifests/scheduler, the second scheduler, and
-``performancePlacement.enabled=true`` manifests/placement (opt-in in both).
+``scheduler.enabled=true`` adds manifests/scheduler, the second scheduler,
+``performancePlacement.enabled=true`` manifests/placement and ``performanceFilter.enabled=true``
+manifests/performance-filter (opt-in in both).
 
 The binaries come from hack/build-binaries.sh (helm and kubectl); no cluster is needed.
 """
@@ -36,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hack.cluster.runner import PRIORITIZE_ONLY_CONFIG, bin_dir
+from hack.cluster.runner import PERFORMANCE_FILTER_CONFIG, PRIORITIZE_ONLY_CONFIG, bin_dir
 
 pytestmark = pytest.mark.kube
 
@@ -193,6 +194,31 @@ def test_performance_placement_adds_the_policy_and_can_drop_the_filter_verb(
     }
 
 
+def test_performance_filter_adds_the_policy_and_can_filter_performance_pods_alone(
+    binaries: Path,
+) -> None:
+    chart = helm_template(binaries, "--set", "performanceFilter.enabled=true")
+    manifests = kustomize(binaries, "manifests") + kustomize(
+        binaries, "manifests/performance-filter"
+    )
+    assert_same(chart, without_namespace(manifests))
+    # The second scheduler with the filter for performance pods alone has the example's two
+    # entries.
+    (config,) = [
+        o
+        for o in helm_template(
+            binaries, "--set", "scheduler.enabled=true,scheduler.extender.filter=performancePods"
+        )
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "joulie-scheduler-config"
+    ]
+    entries = yaml.safe_load(config["data"]["config.yaml"])["extenders"]
+    example = yaml.safe_load(PERFORMANCE_FILTER_CONFIG.read_text())["extenders"]
+    assert [{k: v for k, v in e.items() if k != "urlPrefix"} for e in entries] == [
+        {k: v for k, v in e.items() if k != "urlPrefix"} for e in example
+    ]
+    assert len({e["urlPrefix"] for e in entries}) == 1
+
+
 def test_grafana_dashboard_enabled_adds_the_dashboard_of_the_manifests(binaries: Path) -> None:
     """charts/joulie/files/joulie-dashboard.json is a copy of manifests/grafana's."""
     chart = [
@@ -298,6 +324,7 @@ def test_lint_is_clean_with_every_option_on(binaries: Path) -> None:
             "scheduler.podDisruptionBudget.enabled=true",
             "grafanaDashboard.enabled=true",
             "performancePlacement.enabled=true",
+            "performanceFilter.enabled=true",
         ]
     )
     for args in ([], ["--set", every]):

@@ -251,3 +251,26 @@ def test_performance_placement_policy_keeps_performance_pods_off_eco_by_node_aff
     # The label the manager writes, and the profile it writes for eco and draining nodes alike.
     assert f"key: '{keys.POWER_PROFILE_LABEL}', operator: 'NotIn', values: ['eco']" in expression
     assert policy["spec"]["reinvocationPolicy"] == "Never"
+
+
+def test_performance_filter_policy_marks_performance_pods_with_the_managed_resource() -> None:
+    policy = named("MutatingAdmissionPolicy", "joulie-performance-filter")
+    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-filter")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
+    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    (mutation,) = policy["spec"]["mutations"]
+    expression = mutation["applyConfiguration"]["expression"]
+    mark = f"{{'{keys.PERFORMANCE_POD_RESOURCE}': '1'}}"
+    assert f"requests: {mark}" in expression
+    assert f"limits: {mark}" in expression
+    # The resource the policy gives is the one kube-scheduler's filter entry manages.
+    config = yaml.safe_load(
+        (MANIFESTS / "extender/kube-scheduler-config.performance-filter.example.yaml").read_text()
+    )
+    (filtering,) = [e for e in config["extenders"] if "filterVerb" in e]
+    assert filtering["managedResources"] == [
+        {"name": keys.PERFORMANCE_POD_RESOURCE, "ignoredByScheduler": True}
+    ]
+    assert policy["spec"]["reinvocationPolicy"] == "Never"
