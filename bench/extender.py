@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -754,24 +754,6 @@ class Scheduler:
             self.process.wait(timeout=60)
 
 
-@contextlib.contextmanager
-def admission_policy(cluster: LocalCluster, namespace: str, policy: Path) -> Iterator[None]:
-    """The admission policy of the kustomize directory ``policy`` applied and in force (a
-    performance pod's dry run in ``namespace`` comes back changed), removed afterwards."""
-    probe = small_pod(0, 1)
-    unchanged = cluster.admitted(namespace, probe)["spec"]
-    cluster.kubectl("apply", "-k", str(policy))
-    try:
-        wait(
-            lambda: cluster.admitted(namespace, probe)["spec"] != unchanged,
-            60,
-            f"the admission policy of {policy.name} to be in force",
-        )
-        yield
-    finally:
-        cluster.kubectl("delete", "-k", str(policy), "--ignore-not-found")
-
-
 BUDGET_BUCKET = "le=0.005"
 """The request-duration bucket of the 5 ms latency budget, kept apart from the sums and counts."""
 
@@ -955,7 +937,7 @@ def schedule_once(
     try:
         t0 = time.monotonic()
         with (
-            admission_policy(cluster, namespace, setup.policy)
+            cluster.policy_in_force(setup.policy, namespace, small_pod(0, 1))
             if setup.policy is not None
             else contextlib.nullcontext()
         ):

@@ -16,8 +16,9 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -525,6 +526,26 @@ class LocalCluster:
         body: dict[str, Any] = answer.json()
         return body
 
+    @contextmanager
+    def policy_in_force(
+        self, directory: Path, namespace: str, probe: dict[str, Any], timeout: float = 60
+    ) -> Iterator[None]:
+        """The shipped admission policy of the kustomize ``directory`` (one of
+        :data:`ADMISSION_POLICIES`) applied, and in force: the API server takes a moment to load
+        a new policy, so a dry run of the performance pod ``probe`` in ``namespace`` is repeated
+        until the policy has changed it. Deleted afterwards."""
+        changed = ADMISSION_POLICIES[directory]
+        self.kubectl("apply", "-k", str(directory))
+        try:
+            deadline = time.monotonic() + timeout
+            while not changed(self.admitted(namespace, probe)):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the admission policy of {directory} not in force")
+                time.sleep(0.5)
+            yield
+        finally:
+            self.kubectl("delete", "-k", str(directory), "--ignore-not-found", "--wait=false")
+
     def _write_admin_kubeconfig(self) -> None:
         self.admin_kubeconfig.write_text(
             yaml.safe_dump(
@@ -679,6 +700,24 @@ PERFORMANCE_FILTER_CONFIG = _MANIFESTS / "kube-scheduler-config.performance-filt
 PERFORMANCE_FILTER_POLICY = _MANIFESTS.parent / "performance-filter"
 """The admission policy that marks performance pods with the extended resource the filter entry
 of ``PERFORMANCE_FILTER_CONFIG`` manages (kustomize directory)."""
+
+
+def _has_affinity(pod: dict[str, Any]) -> bool:
+    return "affinity" in pod["spec"]
+
+
+def _requests_performance_pod(pod: dict[str, Any]) -> bool:
+    requests = pod["spec"]["containers"][0].get("resources", {}).get("requests", {})
+    return keys.PERFORMANCE_POD_RESOURCE in requests
+
+
+ADMISSION_POLICIES: dict[Path, Callable[[dict[str, Any]], bool]] = {
+    PLACEMENT_POLICY: _has_affinity,
+    PERFORMANCE_FILTER_POLICY: _requests_performance_pod,
+}
+"""The shipped admission policies for performance pods, each with how a performance pod's dry
+run shows it in force (others than the policy may change the pod: the ServiceAccount plugin
+names its token volume at random)."""
 
 
 def manifest_extenders(url_prefix: str, config: Path = EXTENDER_CONFIG) -> list[dict[str, Any]]:

@@ -342,35 +342,21 @@ def test_the_performance_filter_configuration_filters_performance_pods_alone(
     def count(verb: str) -> float:
         return extender.process.metric("joulie_extender_requests_total", verb=verb, outcome="ok")
 
-    cluster.kubectl("apply", "-k", str(PERFORMANCE_FILTER_POLICY))
-    try:
-        wait_until(
-            lambda: (
-                keys.PERFORMANCE_POD_RESOURCE
-                in cluster.admitted(namespace, pod("probe", performance=True))["spec"][
-                    "containers"
-                ][0]["resources"].get("requests", {})
-            ),
-            60,
-            "the performance-filter policy to be in force",
-        )
+    probe = pod("probe", performance=True)
+    with cluster.policy_in_force(PERFORMANCE_FILTER_POLICY, namespace, probe):
         cluster.use_extender(extender.url, config=PERFORMANCE_FILTER_CONFIG)
-        filters, prioritized = count("filter"), count("prioritize")
-        create_pods(
-            cluster, namespace, [pod(f"split-std-{i}", performance=False) for i in range(30)]
-        )
-        standard = all_bound(cluster, namespace, 30, "split-std")
-        after_standard = count("filter")
-        create_pods(
-            cluster, namespace, [pod(f"split-perf-{i}", performance=True) for i in range(30)]
-        )
-        performance = all_bound(cluster, namespace, 30, "split-perf")
-        after_performance, after_prioritized = count("filter"), count("prioritize")
-    finally:
-        cluster.use_extender(extender.url)
-        cluster.kubectl(
-            "delete", "-k", str(PERFORMANCE_FILTER_POLICY), "--ignore-not-found", "--wait=false"
-        )
+        try:
+            filters, prioritized = count("filter"), count("prioritize")
+            standard_pods = [pod(f"split-std-{i}", performance=False) for i in range(30)]
+            create_pods(cluster, namespace, standard_pods)
+            standard = all_bound(cluster, namespace, 30, "split-std")
+            after_standard = count("filter")
+            performance_pods = [pod(f"split-perf-{i}", performance=True) for i in range(30)]
+            create_pods(cluster, namespace, performance_pods)
+            performance = all_bound(cluster, namespace, 30, "split-perf")
+            after_performance, after_prioritized = count("filter"), count("prioritize")
+        finally:
+            cluster.use_extender(extender.url)
     assert after_standard == filters  # not one filter call for 30 standard pods
     assert after_performance >= filters + 30  # one (or more, on a retry) per performance pod
     assert after_prioritized >= prioritized + 60  # every pod scored

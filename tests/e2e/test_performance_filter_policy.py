@@ -16,7 +16,6 @@ import pytest
 from hack.cluster.runner import PERFORMANCE_FILTER_POLICY, LocalCluster
 from joulie.api import keys
 from tests.support.builders import WORK_IMAGE, container, pod_manifest
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -41,20 +40,9 @@ def marked(pod: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def policy(cluster: LocalCluster) -> Iterator[None]:
-    """manifests/performance-filter applied, and in force: a performance pod's dry run is
-    marked."""
-    cluster.kubectl("apply", "-k", str(PERFORMANCE_FILTER_POLICY))
-    try:
-        wait_until(
-            lambda: marked(cluster.admitted("default", performance("probe"))),
-            60,
-            "the performance-filter policy to be in force",
-        )
+    """manifests/performance-filter applied, and in force."""
+    with cluster.policy_in_force(PERFORMANCE_FILTER_POLICY, "default", performance("probe")):
         yield
-    finally:
-        cluster.kubectl(
-            "delete", "-k", str(PERFORMANCE_FILTER_POLICY), "--ignore-not-found", "--wait=false"
-        )
 
 
 def test_a_performance_pod_is_marked_in_its_first_container(

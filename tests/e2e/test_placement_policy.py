@@ -41,17 +41,9 @@ def required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def policy(cluster: LocalCluster) -> Iterator[None]:
-    """manifests/placement applied, and in force: a performance pod's dry run gets the term."""
-    cluster.kubectl("apply", "-k", str(PLACEMENT_POLICY))
-    try:
-        wait_until(
-            lambda: required_terms(cluster.admitted("default", performance("probe"))),
-            60,
-            "the placement policy to be in force",
-        )
+    """manifests/placement applied, and in force."""
+    with cluster.policy_in_force(PLACEMENT_POLICY, "default", performance("probe")):
         yield
-    finally:
-        cluster.kubectl("delete", "-k", str(PLACEMENT_POLICY), "--ignore-not-found", "--wait=false")
 
 
 @pytest.mark.parametrize(

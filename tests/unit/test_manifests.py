@@ -220,32 +220,34 @@ def test_kwok_overlay_points_the_manager_at_the_simulator() -> None:
     assert f"joulie-simulator.joulie-system.svc:{port}/" in env["NODE_POWER_HTTP_ENDPOINT"]
 
 
+def performance_pod_policy(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The MutatingAdmissionPolicy ``name`` and its binding, checked to be bound to each other
+    and to match the pods annotated performance."""
+    policy = named("MutatingAdmissionPolicy", name)
+    binding = named("MutatingAdmissionPolicyBinding", name)
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
+    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    return policy, binding
+
+
 def test_performance_priority_policy_gives_the_shipped_class_to_performance_pods() -> None:
     (priority_class,) = by_kind("PriorityClass")
     assert priority_class["preemptionPolicy"] == "Never"
     assert priority_class["globalDefault"] is False
-    policy = named("MutatingAdmissionPolicy", "joulie-performance-priority")
-    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-priority")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    policy, binding = performance_pod_policy("joulie-performance-priority")
     # The class is the policy's parameter: name, value and preemption policy come from it.
     assert binding["spec"]["paramRef"]["name"] == priority_class["metadata"]["name"]
     assert policy["spec"]["paramKind"] == {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
     }
-    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
-    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
-    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
     assert policy["spec"]["failurePolicy"] == "Ignore"
 
 
 def test_performance_placement_policy_keeps_performance_pods_off_eco_by_node_affinity() -> None:
-    policy = named("MutatingAdmissionPolicy", "joulie-performance-placement")
-    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-placement")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
-    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
-    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    policy = performance_pod_policy("joulie-performance-placement")[0]
     (mutation,) = policy["spec"]["mutations"]
     expression = mutation["jsonPatch"]["expression"]
     # The label the manager writes, and the profile it writes for eco and draining nodes alike.
@@ -254,12 +256,7 @@ def test_performance_placement_policy_keeps_performance_pods_off_eco_by_node_aff
 
 
 def test_performance_filter_policy_marks_performance_pods_with_the_managed_resource() -> None:
-    policy = named("MutatingAdmissionPolicy", "joulie-performance-filter")
-    binding = named("MutatingAdmissionPolicyBinding", "joulie-performance-filter")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
-    assert f"'{keys.WORKLOAD_CLASS_ANNOTATION}'" in conditions
-    assert f"'{WorkloadClass.PERFORMANCE.value}'" in conditions
+    policy = performance_pod_policy("joulie-performance-filter")[0]
     (mutation,) = policy["spec"]["mutations"]
     expression = mutation["applyConfiguration"]["expression"]
     mark = f"{{'{keys.PERFORMANCE_POD_RESOURCE}': '1'}}"
