@@ -531,20 +531,28 @@ class LocalCluster:
         self, directory: Path, namespace: str, probe: dict[str, Any], timeout: float = 60
     ) -> Iterator[None]:
         """The shipped admission policy of the kustomize ``directory`` (one of
-        :data:`ADMISSION_POLICIES`) applied, and in force: the API server takes a moment to load
-        a new policy, so a dry run of the performance pod ``probe`` in ``namespace`` is repeated
-        until the policy has changed it. Deleted afterwards."""
+        :data:`ADMISSION_POLICIES`) applied, and in force; deleted afterwards, and out of force.
+        The API server takes a moment to load or drop a policy, so a dry run of the performance
+        pod ``probe`` in ``namespace`` is repeated until it shows the policy (then until it no
+        longer does: a pod marked for the performance-filter configuration after it is gone
+        would wait for a resource no node offers)."""
         changed = ADMISSION_POLICIES[directory]
+
+        def until(in_force: bool) -> None:
+            deadline = time.monotonic() + timeout
+            while changed(self.admitted(namespace, probe)) != in_force:
+                if time.monotonic() > deadline:
+                    state = "in force" if in_force else "gone"
+                    raise ClusterError(f"the admission policy of {directory} not {state}")
+                time.sleep(0.5)
+
         self.kubectl("apply", "-k", str(directory))
         try:
-            deadline = time.monotonic() + timeout
-            while not changed(self.admitted(namespace, probe)):
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"the admission policy of {directory} not in force")
-                time.sleep(0.5)
+            until(in_force=True)
             yield
         finally:
-            self.kubectl("delete", "-k", str(directory), "--ignore-not-found", "--wait=false")
+            self.kubectl("delete", "-k", str(directory), "--ignore-not-found")
+            until(in_force=False)
 
     def _write_admin_kubeconfig(self) -> None:
         self.admin_kubeconfig.write_text(
