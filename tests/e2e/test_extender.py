@@ -334,8 +334,8 @@ def test_the_performance_filter_configuration_filters_performance_pods_alone(
     # The example's entry split by verb; only the filter's is limited to marked pods.
     managed = filtering.pop("managedResources")
     assert managed == [{"name": keys.PERFORMANCE_POD_RESOURCE, "ignoredByScheduler": True}]
-    verbs = {"filterVerb", "prioritizeVerb", "preemptVerb", "weight"}
-    assert {k: v for k, v in shipped.items() if k not in verbs - {"filterVerb"}} == filtering
+    scoring_only = {"prioritizeVerb", "preemptVerb", "weight"}
+    assert {k: v for k, v in shipped.items() if k not in scoring_only} == filtering
     assert {k: v for k, v in shipped.items() if k != "filterVerb"} == scoring
     perf, eco = planned(cluster, nodes)
 
