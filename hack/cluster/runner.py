@@ -535,8 +535,12 @@ class LocalCluster:
         The API server takes a moment to load or drop a policy, so a dry run of the performance
         pod ``probe`` in ``namespace`` is repeated until it shows the policy (then until it no
         longer does: a pod marked for the performance-filter configuration after it is gone
-        would wait for a resource no node offers)."""
+        would wait for a resource no node offers). The probe's name is left to the API server
+        (``generateName``), so the dry run cannot clash with a pod the caller creates meanwhile
+        under the probe's name (bench.extender's first pod is its probe)."""
         changed = ADMISSION_POLICIES[directory]
+        metadata = {k: v for k, v in probe.get("metadata", {}).items() if k != "name"}
+        probe = {**probe, "metadata": {**metadata, "generateName": "policy-probe-"}}
 
         def until(in_force: bool) -> None:
             deadline = time.monotonic() + timeout

@@ -16,6 +16,7 @@ import pytest
 from hack.cluster.runner import PERFORMANCE_FILTER_POLICY, LocalCluster
 from joulie.api import keys
 from tests.support.builders import WORK_IMAGE, container, pod_manifest
+from tests.support.cluster_pods import create_pods, pod_namespace
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +37,17 @@ def resources(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 def marked(pod: dict[str, Any]) -> bool:
     return any(keys.PERFORMANCE_POD_RESOURCE in (r.get("requests") or {}) for r in resources(pod))
+
+
+def test_the_policy_is_in_force_within_the_block_and_gone_after_it(cluster: LocalCluster) -> None:
+    """Before the module's policy fixture (tests run in file order). The probe's name is the
+    name of a pod created meanwhile, as bench.extender's first pod is its probe: the dry runs
+    must not clash with it on the way out (they did, with 409 AlreadyExists)."""
+    with pod_namespace(cluster, "pf-probe") as namespace:
+        with cluster.policy_in_force(PERFORMANCE_FILTER_POLICY, namespace, performance("p-0")):
+            assert marked(cluster.admitted(namespace, performance("other")))
+            create_pods(cluster, namespace, [performance("p-0")])
+        assert not marked(cluster.admitted(namespace, performance("other")))
 
 
 @pytest.fixture(scope="module")
